@@ -1,0 +1,41 @@
+"""Packaging for the Estimator-style ResNet trainer (TensorFlow 2.21, Keras 3)."""
+from setuptools import find_packages, setup
+
+setup(
+    name="resnet-estimator",
+    version="0.1.0",
+    description="Estimator-style ResNet training on tf.distribute: CPU, GPU, multi-worker and TPU.",
+    python_requires=">=3.10",
+    packages=find_packages(include=["resnet", "resnet.*", "official_input", "official_input.*",
+                                    "params", "params.*", "tools", "tools.*"]),
+    package_data={"params": ["configs/*.yaml"]},
+    install_requires=[
+        # tensorflow-cpu and tensorflow (GPU) are interchangeable; pick one with the extras below.
+        "tensorflow-cpu>=2.21,<2.22; platform_machine != 'aarch64'",
+        # 2.21 no longer pulls TensorBoard in: list it, and the profile plugin (xprof) for the profile tab.
+        "tensorboard>=2.21,<2.22",
+        "tensorboard-plugin-profile>=2.21",
+        "absl-py>=2.1",
+        "numpy>=1.26,<3",
+        "pyyaml>=6.0",
+        # Pillow: the dataset converter re-encodes PNG/CMYK/grayscale/misnamed images to RGB JPEG in worker
+        # processes that must not import TensorFlow (see README, "Dependencies").
+        "pillow>=10",
+    ],
+    extras_require={
+        "test": ["pytest>=8"],
+    },
+    entry_points={
+        "console_scripts": [
+            "resnet-main=resnet.resnet_main:run_main",
+            "resnet-convert=tools.imagenet_to_gcs:run_main",
+            "resnet-fake-imagenet=tools.make_fake_imagenet:run_main",
+            "resnet-demo=tools.demo:run_main",
+            "resnet-input-benchmark=tools.input_benchmark:run_main",
+            "resnet-train-benchmark=tools.train_benchmark:run_main",
+            "resnet-capture-profile=tools.capture_profile:run_main",
+            "resnet-profile-report=tools.profile_report:run_main",
+            "resnet-model-report=tools.model_report:run_main",
+        ],
+    },
+)
