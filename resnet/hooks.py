@@ -1,0 +1,71 @@
+"""Loop hooks: what runs between compiled training loops (profiling, preemption, NaN checks, logging).
+
+The runner owns *when* a loop runs; hooks only observe loop boundaries and may ask for an earlier one. A hook
+never touches the model or the step function, so turning one off costs nothing inside the compiled loop.
+"""
+import math
+from typing import Callable, Dict, Optional
+
+from absl import logging
+
+
+class LoopHook:
+  """Base class; override what you need. All steps are global steps."""
+
+  # When any active hook sets this, the runner wraps each loop call in a profiler step marker
+  # (tf.profiler.experimental.Trace('train', step_num=..., _r=1)), so profile tools see steps.
+  step_markers: bool = False
+
+  def begin(self, runner, step: int) -> None:
+    """Called once at the start of Runner.train(), with the step training resumes from."""
+
+  def next_boundary(self, step: int) -> Optional[int]:
+    """The next global step (> step) at which this hook wants a loop to end, or None for no preference.
+
+    The runner ends each loop at the earliest of: step + iterations_per_loop, the next checkpoint step,
+    max_steps, and every hook's boundary. Returning step + 1 gives one step per loop (per-step markers).
+    """
+    return None
+
+  def before_loop(self, step: int, num_steps: int) -> None:
+    """Called right before a loop of ``num_steps`` steps that starts at ``step``."""
+
+  def after_loop(self, step: int, logs: Dict[str, float]) -> None:
+    """Called after a loop; ``step`` is the global step reached; logs hold loss, learning_rate, ..."""
+
+  def end(self, step: int) -> None:
+    """Called once when Runner.train() returns or raises (always, in a finally block)."""
+
+
+class NonFiniteLossError(FloatingPointError):
+  """Training produced a NaN or Inf loss."""
+
+
+class NanGuard(LoopHook):
+  """Stops training on a NaN/Inf loss before the runner checkpoints the bad weights.
+
+  The runner calls after_loop before saving, so raising here leaves the last good checkpoint the latest one.
+  """
+
+  def after_loop(self, step: int, logs: Dict[str, float]) -> None:
+    loss = logs.get('loss')
+    if loss is not None and not math.isfinite(loss):
+      raise NonFiniteLossError(
+          f'Loss is {loss} in the loop ending at step {step}: training stopped; the latest checkpoint is '
+          f'still the last good one. Try a lower base_learning_rate, precision=float32, or check the data.')
+
+
+class CounterLogger(LoopHook):
+  """Logs a monotonically growing counter (e.g. skipped corrupt records) whenever it changes."""
+
+  def __init__(self, what: str, read: Callable[[], int]):
+    self.what = what
+    self.read = read
+    self.last = 0
+
+  def after_loop(self, step: int, logs: Dict[str, float]) -> None:
+    value = int(self.read())
+    if value != self.last:
+      logging.warning('%d %s so far (step %d).', value, self.what, step)
+      self.last = value
+    logs[self.what.replace(' ', '_')] = float(value)

@@ -1,0 +1,244 @@
+r"""Train, evaluate, predict with and export ResNet: the whole program, mode by mode.
+
+  python resnet/resnet_main.py --mode=train_and_eval --data_dir=DIR --model_dir=RUN \
+      --param_overrides=train_steps=42,iterations_per_loop=6 --resnet_checkpoint=CKPT --export_dir=EXPORT
+
+flags -> params (defaults < --config_file < --param_overrides < explicit flags; validated, locked, saved as
+model_dir/params.yaml) -> strategy -> Runner(resnet_model_fn) -> the mode's few lines below.
+"""
+import csv
+import os
+import sys
+
+if __package__ in (None, ''):  # `python resnet/resnet_main.py` from anywhere: import from the repo root.
+  _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != os.path.dirname(os.path.abspath(__file__))]
+  sys.path.insert(0, _ROOT)
+
+from typing import Any, Dict, List, Optional  # pylint: disable=g-import-not-at-top
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from official_input import imagenet_input
+from params import params_dict
+from resnet import distribution
+from resnet import hooks as hooks_lib
+from resnet import resnet_flags
+from resnet import resnet_model_fn
+from resnet import runner as runner_lib
+
+FLAGS = flags.FLAGS
+resnet_flags.define_flags()
+
+
+# ------------------------------------------------------------------------------------------------ set-up
+def make_runner(params: params_dict.ParamsDict, strategy: tf.distribute.Strategy) -> runner_lib.Runner:
+  config = runner_lib.RunConfig(
+      model_dir=params.model_dir, train_batch_size=params.train_batch_size,
+      eval_batch_size=params.eval_batch_size, predict_batch_size=params.predict_batch_size,
+      iterations_per_loop=params.iterations_per_loop, save_checkpoints_steps=params.save_checkpoints_steps,
+      keep_checkpoint_max=params.keep_checkpoint_max, skip_host_call=params.skip_host_call,
+      jit_compile=params.jit_compile)
+  return runner_lib.Runner(resnet_model_fn.resnet_model_fn, config, params.as_dict(), strategy)
+
+
+def make_hooks(params: params_dict.ParamsDict) -> List[hooks_lib.LoopHook]:
+  from resnet import profiler_hook  # pylint: disable=g-import-not-at-top
+  hooks: List[hooks_lib.LoopHook] = [hooks_lib.InputSkipLogger()]
+  if params.stop_on_nan:
+    hooks.append(hooks_lib.NanGuard())
+  profiler = profiler_hook.make_profiler_hook(params)
+  if profiler is not None:
+    hooks.append(profiler)
+  return hooks
+
+
+def input_fn(params: params_dict.ParamsDict, split: str):
+  return imagenet_input.ImageNetInput.from_params(params, split=split).input_fn
+
+
+def save_params(params: params_dict.ParamsDict, runner: runner_lib.Runner) -> None:
+  if runner.is_chief:
+    params_dict.save_params_dict_to_yaml(params, os.path.join(params.model_dir, 'params.yaml'))
+
+
+def warm_start_if_new(runner: runner_lib.Runner, params: params_dict.ParamsDict) -> None:
+  """``--resnet_checkpoint`` applies only to a fresh model_dir; a resumed run keeps its own weights."""
+  if not params.resnet_checkpoint:
+    return
+  if runner.latest_checkpoint():
+    logging.info('model_dir already has %s: resuming it, not warm-starting from %s.',
+                 runner.latest_checkpoint(), params.resnet_checkpoint)
+    return
+  from resnet import warm_start  # pylint: disable=g-import-not-at-top
+  runner.build(runner_lib.ModeKeys.TRAIN)
+  warm_start.warm_start(runner.scope.get('model'), params.resnet_checkpoint)
+
+
+def export(runner: runner_lib.Runner, params: params_dict.ParamsDict) -> Optional[str]:
+  if not params.export_dir or not runner.is_chief:
+    return None
+  path = runner.export_saved_model(params.export_dir, resnet_model_fn.serving_inputs(params))
+  print(f'Exported SavedModel: {path}')
+  return path
+
+
+# ------------------------------------------------------------------------------------------------ modes
+def train(runner, params, hooks) -> None:
+  warm_start_if_new(runner, params)
+  runner.train(input_fn(params, 'train'), max_steps=params.train_steps, hooks=hooks)
+  export(runner, params)
+
+
+def train_and_eval(runner, params, hooks) -> None:
+  warm_start_if_new(runner, params)
+  train_input, eval_input = input_fn(params, 'train'), input_fn(params, 'validation')
+  runner.build(runner_lib.ModeKeys.TRAIN)
+  runner.restore()
+  step = int(runner.global_step.numpy())
+  while step < params.train_steps:
+    step = min(step + params.steps_per_eval, params.train_steps)
+    runner.train(train_input, max_steps=step, hooks=hooks)
+    runner.evaluate(eval_input)
+  export(runner, params)
+
+
+def evaluate(runner, params) -> None:
+  eval_input = input_fn(params, 'validation')
+  if FLAGS.eval_checkpoint:  # one-shot
+    runner.evaluate(eval_input, checkpoint_path=_resolve_checkpoint(FLAGS.eval_checkpoint))
+    return
+  for path in tf.train.checkpoints_iterator(params.model_dir, timeout=params.eval_timeout):
+    try:
+      results = runner.evaluate(eval_input, checkpoint_path=path)
+    except tf.errors.NotFoundError:  # removed by keep_checkpoint_max while we waited
+      logging.info('Checkpoint %s vanished before it could be evaluated; skipping.', path)
+      continue
+    if results['global_step'] >= params.train_steps:
+      logging.info('Evaluated the final step %d: done.', results['global_step'])
+      return
+  logging.info('No new checkpoint within --eval_timeout=%s s: stopping.', params.eval_timeout)
+
+
+def predict(runner, params) -> str:
+  if FLAGS.predict_input:
+    source = imagenet_input.ImageFilesInput(FLAGS.predict_input, image_size=params.image_size,
+                                            dtype=resnet_model_fn.INPUT_DTYPES[params.precision])
+  else:
+    split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
+    source = imagenet_input.ImageNetInput.from_params(params, split=split)
+    source.include_filename = True
+  output = FLAGS.predict_output or os.path.join(params.model_dir, 'predictions.csv')
+  rows = write_predictions(runner.predict(source.input_fn), output, params)
+  print(f'Wrote {rows} predictions to {output}')
+  return output
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _resolve_checkpoint(path: str) -> str:
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if not latest:
+      raise runner_lib.NoCheckpointError(f'No checkpoint found in directory {path}.')
+    return latest
+  return path
+
+
+def read_class_names(params: params_dict.ParamsDict) -> List[str]:
+  """Class names indexed by model class id, from labels.txt (line i = stored 1-based label i+1)."""
+  path = params.labels_file or (os.path.join(params.data_dir, 'labels.txt') if params.data_dir else None)
+  if not path or not tf.io.gfile.exists(path):
+    return []
+  with tf.io.gfile.GFile(path) as f:
+    names = [line.strip() for line in f if line.strip()]
+  return (['background'] + names) if params.num_label_classes == 1001 else names
+
+
+def write_predictions(predictions, output: str, params: params_dict.ParamsDict) -> int:
+  """CSV: image, true label (if known), top-k class ids, names and probabilities. Written atomically."""
+  names = read_class_names(params)
+  k = min(params.predict_top_k, params.num_label_classes)
+  limit = params.num_test_images
+  header = ['image', 'true_label', 'true_class']
+  for i in range(1, k + 1):
+    header += [f'top{i}_label', f'top{i}_class', f'top{i}_probability']
+  tmp = f'{output}.tmp-{os.getpid()}'
+  rows = 0
+  with tf.io.gfile.GFile(tmp, 'w') as f:
+    writer = csv.writer(f)
+    writer.writerow(header)
+    for index, pred in enumerate(predictions):
+      filename = pred.get('filename', b'')
+      filename = filename.decode() if isinstance(filename, bytes) else str(filename)
+      label = int(pred['label']) if 'label' in pred else -1
+      if not filename and label < 0 and 'filename' in pred:
+        continue  # padding of the last batch
+      probs = pred['probabilities']
+      top = probs.argsort()[::-1][:k]
+      row = [filename or str(index), label if label >= 0 else '', _name(names, label)]
+      for c in top:
+        row += [int(c), _name(names, int(c)), f'{float(probs[c]):.6f}']
+      writer.writerow(row)
+      rows += 1
+      if limit and rows >= limit:
+        break
+  tf.io.gfile.rename(tmp, output, overwrite=True)
+  return rows
+
+
+def _name(names: List[str], class_id: int) -> str:
+  return names[class_id] if 0 <= class_id < len(names) else ''
+
+
+# ------------------------------------------------------------------------------------------------ main
+def main(argv) -> None:
+  del argv
+  distribution.configure_cluster(FLAGS.worker_hosts, FLAGS.task_index)
+  params = resnet_flags.params_from_flags(FLAGS)
+  if FLAGS.dump_params:
+    print(params_dict.params_to_yaml_string(params), end='')
+    return
+  if not params.model_dir:
+    raise app.UsageError('--model_dir is required (checkpoints, summaries and params.yaml go there).')
+  logging.info('Effective params:\n%s', params_dict.params_to_yaml_string(params))
+  strategy = distribution.get_strategy(params.strategy, tpu=params.tpu, use_tpu=params.use_tpu)
+  runner = make_runner(params, strategy)
+  save_params(params, runner)
+  if params.profiler_port:
+    from resnet import profiler_hook  # pylint: disable=g-import-not-at-top
+    profiler_hook.start_profiler_server(params.profiler_port)
+  mode = FLAGS.mode
+  if mode == 'train':
+    train(runner, params, make_hooks(params))
+  elif mode == 'train_and_eval':
+    train_and_eval(runner, params, make_hooks(params))
+  elif mode == 'eval':
+    evaluate(runner, params)
+  elif mode == 'predict':
+    predict(runner, params)
+  else:
+    raise app.UsageError(f'Unknown --mode={mode}: use train, eval, train_and_eval or predict.')
+  if mode in ('train', 'train_and_eval'):
+    _print_profile_verdict(params)
+  print(f'TensorBoard logs: tensorboard --logdir {params.model_dir}')
+
+
+def _print_profile_verdict(params: params_dict.ParamsDict) -> None:
+  if not (params.profile_every_n_steps or params.profile_steps):
+    return
+  from resnet import profile_analysis  # pylint: disable=g-import-not-at-top
+  try:
+    print(profile_analysis.format_report(profile_analysis.analyze(params.model_dir)))
+  except Exception as e:  # pylint: disable=broad-except
+    logging.warning('Could not analyse the captured profile: %s', e)
+
+
+def run_main() -> None:
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run_main()
