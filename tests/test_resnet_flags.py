@@ -1,0 +1,255 @@
+"""Tests of resnet/resnet_flags.py: flag definitions, params precedence and the shipped configs."""
+import glob
+import os
+
+from absl import flags
+import pytest
+
+from params import params_dict as pd
+from params.resnet_config import RESNET_CFG, RESNET_RESTRICTIONS
+from resnet import resnet_flags as rf
+
+
+def _flags(*args: str) -> flags.FlagValues:
+  """A fresh FlagValues with every flag defined, parsed from ``args``."""
+  flag_values = flags.FlagValues()
+  rf.define_flags(flag_values)
+  flag_values(['resnet_main'] + list(args))
+  return flag_values
+
+
+def _params(*args: str) -> pd.ParamsDict:
+  return rf.params_from_flags(_flags(*args))
+
+
+def _write(tmp_path, name: str, text: str) -> str:
+  path = tmp_path / name
+  path.write_text(text)
+  return str(path)
+
+
+# --- definitions ----------------------------------------------------------------------------------------------------
+
+
+def test_define_flags_is_idempotent():
+  flag_values = flags.FlagValues()
+  rf.define_flags(flag_values)
+  count = len(flag_values)
+  rf.define_flags(flag_values)
+  assert len(flag_values) == count
+
+
+def test_every_params_key_has_a_none_flag_whose_help_shows_the_default():
+  flag_values = _flags()
+  for key, default in RESNET_CFG.items():
+    assert key in flag_values, key
+    assert flag_values[key].value is None, key
+    assert f'[params default: {default!r}]' in flag_values[key].help, key
+    assert key in rf._PARAM_HELP, f'{key}: add a help text'  # pylint: disable=protected-access
+
+
+def test_flag_types_follow_the_params_types():
+  flag_values = _flags('--train_steps=5', '--base_learning_rate=2', '--use_cache=false', '--data_dir=/d',
+                       '--dropout_rate=0.2', '--random_seed=3')
+  assert flag_values.train_steps == 5
+  assert flag_values.base_learning_rate == 2.0 and isinstance(flag_values.base_learning_rate, float)
+  assert flag_values.use_cache is False
+  assert flag_values.dropout_rate == 0.2 and flag_values.random_seed == 3
+  with pytest.raises(flags.IllegalFlagValueError):
+    _flags('--train_steps=abc')
+
+
+def test_reference_and_seed_flags_exist():
+  flag_values = _flags()
+  for name in ('tpu', 'gcp_project', 'tpu_zone', 'use_tpu', 'data_dir', 'model_dir', 'train_batch_size',
+               'eval_batch_size', 'predict_batch_size', 'train_steps', 'skip_host_call', 'iterations_per_loop',
+               'precision', 'config_file', 'params_override', 'param_overrides', 'resnet_depth',
+               'num_train_images', 'num_eval_images', 'num_test_images', 'num_label_classes', 'data_format',
+               'transpose_input', 'use_cache', 'image_size', 'dropblock_groups', 'dropblock_keep_prob',
+               'dropblock_size', 'pre_activation', 'profile_every_n_steps', 'tpu_profile_duration', 'profile_steps',
+               'profiler_port', 'mode', 'steps_per_eval', 'eval_timeout', 'num_parallel_calls', 'num_cores',
+               'export_dir', 'base_learning_rate', 'momentum', 'weight_decay', 'label_smoothing',
+               'resnet_checkpoint', 'strategy', 'worker_hosts', 'task_index', 'eval_checkpoint', 'predict_input',
+               'predict_output', 'dump_params', 'lr_schedule', 'save_checkpoints_steps', 'keep_checkpoint_max',
+               'jit_compile', 'input_pipeline', 'labels_file', 'random_seed'):
+    assert name in flag_values, name
+
+
+def test_mode_accepts_the_four_modes_only():
+  assert _flags().mode == 'train_and_eval'
+  assert _flags('--mode=predict').mode == 'predict'
+  with pytest.raises(flags.IllegalFlagValueError):
+    _flags('--mode=serve')
+
+
+# --- params_from_flags ----------------------------------------------------------------------------------------------
+
+
+def test_no_flags_give_the_defaults_validated_and_locked():
+  params = _params()
+  assert params == RESNET_CFG
+  assert params.is_locked
+  with pytest.raises(ValueError, match='locked'):
+    params.train_steps = 1
+
+
+def test_precedence_defaults_then_config_file_then_overrides_then_flags(tmp_path):
+  config = _write(tmp_path, 'c.yaml', 'train_steps: 10\niterations_per_loop: 5\nsteps_per_eval: 7\n')
+  params = _params(f'--config_file={config}', '--params_override=iterations_per_loop=6,steps_per_eval=8',
+                   '--steps_per_eval=9')
+  assert params.train_steps == 10          # config_file beats the default
+  assert params.iterations_per_loop == 6   # override beats config_file
+  assert params.steps_per_eval == 9        # explicit flag beats override
+  assert params.train_batch_size == RESNET_CFG['train_batch_size']
+
+
+def test_flag_order_on_the_command_line_does_not_change_precedence(tmp_path):
+  config = _write(tmp_path, 'c.yaml', 'train_steps: 10\n')
+  params = _params('--train_steps=30', '--params_override=train_steps=20', f'--config_file={config}')
+  assert params.train_steps == 30
+
+
+def test_both_override_spellings_apply_in_command_line_order():
+  params = _params('--param_overrides=train_steps=1,iterations_per_loop=2',
+                   '--params_override=train_steps=3', '--param_overrides=iterations_per_loop=4,steps_per_eval=5')
+  assert (params.train_steps, params.iterations_per_loop, params.steps_per_eval) == (3, 4, 5)
+  params = _params('--params_override=train_steps=3', '--param_overrides=train_steps=1')
+  assert params.train_steps == 1
+
+
+def test_override_flag_accepts_yaml_strings_and_files(tmp_path):
+  path = _write(tmp_path, 'o.yaml', 'weight_decay: 5e-5\n')
+  params = _params('--params_override={train_steps: 11}', f'--params_override={path}')
+  assert params.train_steps == 11
+  assert params.weight_decay == 5e-5 and isinstance(params.weight_decay, float)
+
+
+def test_repeated_config_files_apply_in_order(tmp_path):
+  first = _write(tmp_path, 'a.yaml', 'train_steps: 1\nimage_size: 64\n')
+  second = _write(tmp_path, 'b.yaml', 'train_steps: 2\n')
+  params = _params(f'--config_file={first}', f'--config_file={second}')
+  assert params.train_steps == 2 and params.image_size == 64
+
+
+def test_config_file_by_bare_name_is_found_in_the_configs_directory():
+  assert _params('--config_file=demo').resnet_depth == 18
+  assert _params('--config_file=demo.yaml').resnet_depth == 18
+
+
+def test_unknown_config_file_lists_the_shipped_ones():
+  with pytest.raises(ValueError, match=r"--config_file 'nope': no such file.*demo, flowers_finetune"):
+    _params('--config_file=nope')
+
+
+def test_unknown_key_in_an_override_names_the_flag_and_suggests():
+  with pytest.raises(KeyError, match=r"--params_override=train_step=3: Unknown param 'train_step'. Did you mean: "
+                     r'train_steps'):
+    _params('--params_override=train_step=3')
+
+
+def test_unknown_key_in_a_config_file_names_the_file(tmp_path):
+  config = _write(tmp_path, 'c.yaml', 'iterations_per_lop: 5\n')
+  with pytest.raises(KeyError, match=r'--config_file=.*c\.yaml: Unknown param .*iterations_per_loop'):
+    _params(f'--config_file={config}')
+
+
+def test_override_type_error_names_key_expected_and_given():
+  with pytest.raises(ValueError, match=r"'train_steps' expects int .* got str 'abc'"):
+    _params('--params_override=train_steps=abc')
+
+
+def test_explicit_flag_goes_through_the_type_check(tmp_path):
+  # eval_timeout defaults to None, so a config may make it a string; the int flag then no longer fits.
+  config = _write(tmp_path, 'c.yaml', 'eval_timeout: soon\n')
+  with pytest.raises(ValueError, match=r"Flags: Param 'eval_timeout' expects str .* got int 5"):
+    _params(f'--config_file={config}', '--eval_timeout=5')
+
+
+def test_explicit_false_bool_flag_overrides_a_config_true():
+  assert _params('--config_file=resnet50_tpu_v3_8').use_cache is True
+  assert _params('--config_file=resnet50_tpu_v3_8', '--nouse_cache').use_cache is False
+  assert _params('--config_file=resnet50_tpu_v3_8', '--use_cache=false').use_cache is False
+
+
+def test_restrictions_are_checked_after_all_overrides():
+  with pytest.raises(ValueError, match="precision = 'fp16'"):
+    _params('--precision=fp16')
+  with pytest.raises(ValueError, match='train_batch_size = 0'):
+    _params('--params_override=train_batch_size=0')
+
+
+def test_non_params_flags_stay_out_of_params():
+  params = _params('--mode=eval', '--worker_hosts=a:1,b:2', '--task_index=1', '--eval_checkpoint=/m/ckpt-5',
+                   '--predict_input=/x/*.jpg', '--predict_output=/x/p.csv', '--dump_params', '--gcp_project=p',
+                   '--tpu_zone=z')
+  for name in rf.NON_PARAMS_FLAG_NAMES:
+    assert name not in params, name
+  assert params == RESNET_CFG
+
+
+def test_non_params_flag_values():
+  flag_values = _flags('--worker_hosts=a:1,b:2', '--task_index=1', '--dump_params')
+  assert flag_values.worker_hosts == ['a:1', 'b:2'] and flag_values.task_index == 1 and flag_values.dump_params
+
+
+def test_params_from_flags_needs_parsed_flags():
+  flag_values = flags.FlagValues()
+  rf.define_flags(flag_values)
+  with pytest.raises(ValueError, match='parsed'):
+    rf.params_from_flags(flag_values)
+
+
+def test_seed_finetune_command_line():
+  params = _params('--tpu=grpc://10.0.0.2:8470', '--data_dir=gs://bucket/data',
+                   '--param_overrides=train_steps=42,iterations_per_loop=6,num_parallel_calls=64,'
+                   'train_batch_size=1024',
+                   '--model_dir=gs://bucket/resnet-tpu-model',
+                   '--resnet_checkpoint=gs://cloud-tpu-artifacts/resnet/resnet-nhwc-2018-02-07',
+                   '--mode=train_and_eval', '--steps_per_eval=42', '--profile_every_n_steps=1',
+                   '--tpu_profile_duration=15000', '--export_dir=gs://resnet-tpu-colab/exported-model')
+  assert (params.train_steps, params.iterations_per_loop, params.num_parallel_calls) == (42, 6, 64)
+  assert params.steps_per_eval == 42 and params.tpu_profile_duration == 15000
+  assert params.resnet_checkpoint == 'gs://cloud-tpu-artifacts/resnet/resnet-nhwc-2018-02-07'
+  assert params.data_dir == 'gs://bucket/data' and params.tpu == 'grpc://10.0.0.2:8470'
+
+
+def test_seed_predict_command_line():
+  flag_values = _flags('--mode=predict', '--predict_batch_size=360', '--num_test_images=372')
+  params = rf.params_from_flags(flag_values)
+  assert flag_values.mode == 'predict'
+  assert params.predict_batch_size == 360 and params.num_test_images == 372
+
+
+# --- shipped configs ------------------------------------------------------------------------------------------------
+
+CONFIGS = sorted(glob.glob(os.path.join(rf.CONFIG_DIR, '*.yaml')))
+
+
+def test_the_five_configs_are_shipped():
+  names = {os.path.basename(path) for path in CONFIGS}
+  assert {'resnet50_tpu_v3_8.yaml', 'resnet50_gpu.yaml', 'resnet50_cpu.yaml', 'flowers_finetune.yaml',
+          'demo.yaml'} <= names
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=os.path.basename)
+def test_config_passes_strict_override_and_validate(path):
+  params = pd.ParamsDict(RESNET_CFG, RESNET_RESTRICTIONS)
+  params.override(pd.read_yaml_to_params_dict(path), is_strict=True)
+  params.validate()
+  assert _params(f'--config_file={path}') == params
+
+
+def test_tpu_config_matches_the_reference_with_per_epoch_loops():
+  params = _params('--config_file=resnet50_tpu_v3_8')
+  assert (params.train_steps, params.train_batch_size, params.eval_batch_size) == (113854, 1024, 1024)
+  assert (params.iterations_per_loop, params.num_cores, params.strategy) == (1251, 8, 'tpu')
+  assert params.precision == 'bfloat16' and params.use_cache is True
+
+
+def test_flowers_config_uses_the_seed_numbers():
+  params = _params('--config_file=flowers_finetune')
+  assert params.train_steps == int(15 * 2934 / 1024) == 42
+  assert (params.num_label_classes, params.num_train_images, params.num_eval_images, params.num_test_images) == (
+      5, 2934, 366, 372)
+  assert (params.iterations_per_loop, params.steps_per_eval) == (6, 42)
+  assert params.weight_decay == 1e-4 and params.label_smoothing == 0.1 and params.resnet_checkpoint is None

@@ -1,0 +1,449 @@
+"""Tests for resnet/resnet_model.py and tools/model_report.py.
+
+Tiny inputs (32-64 px, batch 1-2) keep the module fast on a couple of CPU cores; ImageNet-size shapes are checked
+symbolically (a functional model with a static image size computes no activations).
+"""
+import numpy as np
+import pytest
+
+import keras
+import tensorflow as tf
+
+from resnet import resnet_model as rm
+from tools import model_report
+
+DEPTHS = (18, 34, 50, 101, 152, 200)
+BLOCKS = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3],
+          200: [3, 24, 36, 3]}
+
+
+def _images(batch: int, size: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).uniform(0, 255, (batch, size, size, 3)).astype(np.float32)
+
+
+def _randomize(model: keras.Model, seed: int = 0) -> None:
+  """Non-trivial BN parameters and statistics: with zero gammas every block would reduce to its shortcut."""
+  rng = np.random.default_rng(seed)
+  for name, var in rm.tf1_variable_map(model).items():
+    shape = tuple(var.shape)
+    if name.endswith(('/gamma', '/moving_variance')):
+      var.assign(rng.uniform(0.5, 1.5, shape).astype(np.float32))
+    elif name.endswith(('/beta', '/moving_mean', 'dense/bias')):
+      var.assign(rng.normal(0.0, 0.1, shape).astype(np.float32))
+
+
+def _copy_by_tf1_name(source: keras.Model, target: keras.Model) -> None:
+  src = rm.tf1_variable_map(source)
+  for name, var in rm.tf1_variable_map(target).items():
+    var.assign(src[name])
+
+
+@pytest.fixture(scope='module', params=DEPTHS)
+def model_1000(request):
+  """Every depth with the ImageNet head and dynamic spatial size; built once per depth."""
+  return request.param, rm.resnet(request.param, 1000)
+
+
+@pytest.fixture(scope='module')
+def resnet50_224():
+  """Static 224 px ResNet-50: symbolic shapes only."""
+  return rm.resnet(50, 1000, image_size=224)
+
+
+@pytest.fixture(scope='module')
+def resnet18_small():
+  return rm.resnet(18, 10)
+
+
+# --- shapes -----------------------------------------------------------------------------------------------------
+
+
+def test_every_depth_gives_float32_logits_of_shape_batch_by_classes(model_1000):
+  _, model = model_1000
+  logits = model(_images(2, 32), training=False)
+  assert logits.shape == (2, 1000)
+  assert logits.dtype == tf.float32
+  assert np.all(np.isfinite(logits.numpy()))
+
+
+def test_training_call_also_gives_logits(resnet18_small):
+  logits = resnet18_small(_images(2, 32), training=True)
+  assert logits.shape == (2, 10) and logits.dtype == tf.float32
+
+
+@pytest.mark.parametrize('size', [33, 64])
+def test_any_square_size_from_32_works_thanks_to_global_pooling(resnet18_small, size):
+  assert resnet18_small(_images(1, size), training=False).shape == (1, 10)
+
+
+def test_input_dtype_does_not_change_logits(resnet18_small):
+  """Pixels are integers 0..255, exact in uint8, float16 and bfloat16: the logits must not depend on the dtype."""
+  pixels = np.round(_images(1, 32))
+  expected = resnet18_small(pixels, training=False).numpy()
+  for dtype in (tf.uint8, tf.float16, tf.bfloat16):
+    got = resnet18_small(tf.cast(pixels, dtype), training=False).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_normalisation_is_the_first_op_with_imagenet_mean_and_std(resnet18_small):
+  normalize = keras.Model(resnet18_small.input, resnet18_small.get_layer('normalize').output)
+  mean_image = np.broadcast_to(np.array(rm.MEAN_RGB, np.float32), (1, 32, 32, 3))
+  np.testing.assert_allclose(normalize(mean_image).numpy(), 0.0, atol=1e-5)
+  white = np.full((1, 32, 32, 3), 255.0, np.float32)
+  expected = (255.0 - np.array(rm.MEAN_RGB)) / np.array(rm.STDDEV_RGB)
+  np.testing.assert_allclose(normalize(white).numpy()[0, 0, 0], expected, rtol=1e-5)
+  assert resnet18_small.layers[1].name == 'normalize'
+
+
+def _out(model: keras.Model, layer_name: str) -> int:
+  shape = model.get_layer(layer_name).output.shape
+  assert shape[1] == shape[2]
+  return shape[1]
+
+
+@pytest.mark.parametrize('depth,image_size,expected', [
+    (50, 224, (112, 56, 56, 28, 14, 7)),
+    (18, 225, (113, 57, 57, 29, 15, 8)),
+])
+def test_fixed_padding_gives_reference_feature_map_sizes(resnet50_224, depth, image_size, expected):
+  model = resnet50_224 if depth == 50 else rm.resnet(depth, 10, image_size=image_size)
+  last = [f'block_group{g}_block{n}_out' for g, n in enumerate(BLOCKS[depth], start=1)]
+  sizes = tuple(_out(model, name) for name in ['conv2d', 'initial_max_pool'] + last)
+  assert sizes == expected
+  assert model.get_layer('conv2d_pad').padding == ((3, 3), (3, 3))  # 7x7/2 stem: pad_total 6, beg 3, end 3
+  assert model.get_layer('conv2d').padding == 'valid'
+  assert model.get_layer('conv2d_2').padding == 'same'  # stride 1
+
+
+# --- architecture details ---------------------------------------------------------------------------------------
+
+
+def test_unsupported_depth_raises_value_error_listing_supported_depths():
+  with pytest.raises(ValueError, match='18, 34, 50, 101, 152, 200'):
+    rm.resnet(42, 10)
+  with pytest.raises(ValueError, match='supported depths'):
+    rm.count_params(26)
+
+
+def test_last_bn_gamma_of_each_block_is_zero(model_1000):
+  depth, model = model_1000
+  if depth not in (18, 50):
+    pytest.skip('exact index lists are spelled out for 18 and 50')
+  expected = {18: [3, 5, 8, 10, 13, 15, 18, 20],
+              50: [4, 7, 10, 14, 17, 20, 23, 27, 30, 33, 36, 39, 42, 46, 49, 52]}[depth]
+  names = rm.tf1_variable_map(model)
+  num_bn = 21 if depth == 18 else 53
+  for i in range(num_bn):
+    gamma = names['batch_normalization' + (f'_{i}' if i else '') + '/gamma'].numpy()
+    assert np.all(gamma == (0.0 if i in expected else 1.0)), i
+
+
+def test_initializers_match_the_reference(model_1000):
+  depth, model = model_1000
+  if depth != 50:
+    pytest.skip('one depth is enough')
+  conv = model.get_layer('conv2d_11')
+  init = conv.kernel_initializer
+  assert isinstance(init, keras.initializers.VarianceScaling)
+  assert (init.scale, init.mode, init.distribution) == (1.0, 'fan_in', 'truncated_normal')
+  assert not conv.use_bias
+  dense = model.get_layer('dense')
+  assert isinstance(dense.kernel_initializer, keras.initializers.RandomNormal)
+  assert dense.kernel_initializer.stddev == 0.01
+  assert np.all(dense.bias.numpy() == 0)
+  bn = model.get_layer('batch_normalization_3')
+  assert (bn.momentum, bn.epsilon) == (0.9, 1e-5)
+  std = np.std(model.get_layer('conv2d_5').kernel.numpy())  # fan_in 256: std ~ 1/sqrt(256)
+  assert 0.8 / 16 < std < 1.2 / 16
+
+
+def test_bn_settings_come_from_the_arguments():
+  model = rm.resnet(18, 10, bn_momentum=0.0, bn_epsilon=1e-3)
+  bn = model.get_layer('batch_normalization_7')
+  assert (bn.momentum, bn.epsilon) == (0.0, 1e-3)
+
+
+# --- parameter counts -------------------------------------------------------------------------------------------
+
+
+def _expected_params(depth: int, num_classes: int) -> tuple[int, int]:
+  """(trainable, all) for v1, from per-block closed forms, independent of the model and of rm.count_params."""
+  bottleneck = depth >= 50
+  trainable = 7 * 7 * 3 * 64 + 2 * 64
+  stats = 2 * 64
+  cin = 64
+  for f, n in zip((64, 128, 256, 512), BLOCKS[depth]):
+    if bottleneck:
+      cout = 4 * f
+      projection = cin * cout + 2 * cout
+      first = cin * f + 9 * f * f + f * cout + 2 * (f + f + cout)
+      other = cout * f + 9 * f * f + f * cout + 2 * (f + f + cout)
+      bn_channels = cout + (f + f + cout) * n
+    else:
+      cout = f
+      projection = cin * f + 2 * f
+      first = 9 * cin * f + 9 * f * f + 2 * (2 * f)
+      other = 18 * f * f + 2 * (2 * f)
+      bn_channels = f + 2 * f * n
+    trainable += projection + first + other * (n - 1)
+    stats += 2 * bn_channels
+    cin = cout
+  trainable += cin * num_classes + num_classes
+  return trainable, trainable + stats
+
+
+def test_parameter_counts_match_an_independent_formula(model_1000):
+  depth, model = model_1000
+  trainable, total = _expected_params(depth, 1000)
+  assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == trainable
+  assert model.count_params() == total
+  assert rm.count_params(depth, 1000) == trainable
+  assert rm.count_params(depth, 1000, include_bn_statistics=True) == total
+
+
+# Published counts: torchvision's resnet{18,34,50,101,152} have the same layers, except that the reference (and
+# this model) also puts a projection (1x1 conv 64->64 + BN: 4096 + 128 params) in group 1 of ResNet-18/34.
+PUBLISHED_TRAINABLE = {18: 11_689_512 + 4_224, 34: 21_797_672 + 4_224, 50: 25_557_032, 101: 44_549_160,
+                       152: 60_192_808}
+
+
+def test_parameter_counts_match_published_numbers(model_1000):
+  depth, model = model_1000
+  if depth not in PUBLISHED_TRAINABLE:
+    pytest.skip('no widely published count for this depth')
+  assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == PUBLISHED_TRAINABLE[depth]
+  if depth == 50:
+    assert model.count_params() == 25_557_032 + 2 * 26_560  # + moving mean/variance of 26,560 BN channels
+
+
+# --- TF1 names, weight decay ------------------------------------------------------------------------------------
+
+
+def test_tf1_variable_map_covers_every_resnet50_variable_once_with_reference_shapes(model_1000):
+  depth, model = model_1000
+  if depth != 50:
+    pytest.skip('the reference table is for ResNet-50')
+  names = rm.tf1_variable_map(model)
+  assert len(names) == 267 == len(model.weights)
+  assert sorted(id(v) for v in names.values()) == sorted(id(v) for v in model.weights)
+  assert sum(v.trainable for v in names.values()) == 161
+  expected = {
+      'conv2d/kernel': [7, 7, 3, 64],
+      'conv2d_1/kernel': [1, 1, 64, 256],
+      'conv2d_2/kernel': [1, 1, 64, 64],
+      'conv2d_3/kernel': [3, 3, 64, 64],
+      'conv2d_4/kernel': [1, 1, 64, 256],
+      'conv2d_5/kernel': [1, 1, 256, 64],
+      'conv2d_11/kernel': [1, 1, 256, 512],
+      'conv2d_13/kernel': [3, 3, 128, 128],
+      'conv2d_24/kernel': [1, 1, 512, 1024],
+      'conv2d_43/kernel': [1, 1, 1024, 2048],
+      'conv2d_52/kernel': [1, 1, 512, 2048],
+      'batch_normalization/gamma': [64],
+      'batch_normalization_1/moving_mean': [256],
+      'batch_normalization_52/gamma': [2048],
+      'batch_normalization_52/moving_variance': [2048],
+      'dense/kernel': [2048, 1000],
+      'dense/bias': [1000],
+  }
+  for name, shape in expected.items():
+    assert list(names[name].shape) == shape, name
+  # Every conv and BN index 0..52 exists, in the reference's creation order.
+  assert list(names)[:10] == ['conv2d/kernel'] + [f'batch_normalization/{v}' for v in (
+      'gamma', 'beta', 'moving_mean', 'moving_variance')] + ['conv2d_1/kernel'] + [
+          f'batch_normalization_1/{v}' for v in ('gamma', 'beta', 'moving_mean', 'moving_variance')]
+  assert list(names)[-2:] == ['dense/kernel', 'dense/bias']
+  convs = [f'conv2d_{i}/kernel' if i else 'conv2d/kernel' for i in range(53)]
+  assert [n for n in names if n.startswith('conv2d')] == convs
+  # Shapes follow the analytic conv table, so the table (report) and the model agree too.
+  for name, conv in zip(convs, rm.conv_shapes(50)):
+    assert tuple(names[name].shape) == (conv.kernel, conv.kernel, conv.cin, conv.cout)
+
+
+def test_weight_decay_covers_conv_kernels_and_the_whole_dense_layer_but_no_batch_norm(model_1000):
+  depth, model = model_1000
+  if depth != 50:
+    pytest.skip('one depth is enough')
+  decayed = rm.weight_decay_variables(model)
+  names = {id(v): n for n, v in rm.tf1_variable_map(model).items()}
+  decayed_names = [names[id(v)] for v in decayed]
+  assert len(decayed) == 55
+  assert 'dense/bias' in decayed_names and 'dense/kernel' in decayed_names
+  assert not any('batch_normalization' in n for n in decayed_names)
+  assert len(rm.batch_norm_variables(model)) == 53 * 4
+  assert rm.is_classifier_head('dense/kernel') and rm.is_classifier_head('dense/bias')
+  assert not rm.is_classifier_head('conv2d/kernel')
+  assert not rm.is_classifier_head('batch_normalization_52/gamma')
+
+
+# --- layout and precision ---------------------------------------------------------------------------------------
+
+
+def test_channels_first_gives_the_same_logits_as_channels_last():
+  """Same weights, NHWC vs NCHW body: inference and training (batch statistics) logits agree."""
+  last = rm.resnet(50, 10, data_format='channels_last')
+  first = rm.resnet(50, 10, data_format='channels_first')
+  _randomize(last)
+  _copy_by_tf1_name(last, first)
+  images = _images(2, 64)
+  for training in (False, True):
+    expected = last(images, training=training).numpy()
+    got = first(images, training=training).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
+  # The body really runs NCHW: channels on axis 1 after the transpose.
+  assert first.get_layer('conv2d_52').output.shape[1] == 2048
+  assert first.get_layer('batch_normalization_52').axis in (1, [1])
+
+
+@pytest.mark.parametrize('policy,compute', [('mixed_bfloat16', 'bfloat16'), ('mixed_float16', 'float16')])
+def test_mixed_precision_keeps_float32_variables_and_logits(policy, compute):
+  model = rm.resnet(18, 10, dtype_policy=policy)
+  assert keras.config.dtype_policy().name == 'float32'  # no global state touched
+  assert all(v.dtype == 'float32' for v in model.weights)
+  conv_out = keras.Model(model.input, [model.get_layer('conv2d_5').output, model.output])
+  features, logits = conv_out(_images(2, 32), training=True)
+  assert features.dtype == compute
+  assert logits.dtype == tf.float32
+  assert np.all(np.isfinite(logits.numpy()))
+
+
+def test_global_mixed_bfloat16_policy_is_honoured():
+  keras.mixed_precision.set_dtype_policy('mixed_bfloat16')
+  try:
+    model = rm.resnet(18, 10)
+  finally:
+    keras.mixed_precision.set_dtype_policy('float32')
+  assert model.get_layer('conv2d_3').compute_dtype == 'bfloat16'
+  assert model.get_layer('conv2d_3').kernel.dtype == 'float32'
+  assert model(_images(1, 32), training=False).dtype == tf.float32
+
+
+# --- DropBlock, v2 ----------------------------------------------------------------------------------------------
+
+
+def test_dropblock_changes_outputs_in_training_but_not_in_inference():
+  # 64 px: group 3 is 4x4 (block 3: min-pool path), group 4 is 2x2 (block 2: whole-map path).
+  plain = rm.resnet(50, 10)
+  dropped = rm.resnet(50, 10, dropblock_groups='3,4', dropblock_keep_prob=0.5, dropblock_size=3)
+  _randomize(plain)
+  _copy_by_tf1_name(plain, dropped)
+  assert not hasattr(plain, 'dropblock_keep_prob')
+  assert dropped.dropblock_keep_prob.name == 'dropblock_keep_prob'
+  assert not dropped.dropblock_keep_prob.trainable
+  assert sum(v is dropped.dropblock_keep_prob for v in dropped.non_trainable_variables) == 1
+  assert len(rm.tf1_variable_map(dropped)) == len(dropped.weights) - 1
+  images = _images(2, 64)
+
+  np.testing.assert_allclose(dropped(images, training=False), plain(images, training=False), rtol=1e-5,
+                             atol=1e-5)
+  reference = plain(images, training=True).numpy()
+  first = dropped(images, training=True).numpy()
+  second = dropped(images, training=True).numpy()
+  assert np.abs(first - reference).max() > 1e-3
+  assert np.abs(first - second).max() > 1e-3  # random blocks
+
+  dropped.dropblock_keep_prob.assign(1.0)  # the schedule's start: nothing dropped
+  np.testing.assert_allclose(dropped(images, training=True), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_dropblock_group_keep_prob_and_schedule():
+  assert rm.group_keep_prob(0.9, 4) == pytest.approx(0.9)
+  assert rm.group_keep_prob(0.9, 3) == pytest.approx(1 - 0.1 / 4)
+  assert rm.group_keep_prob(0.9, 1) == pytest.approx(1 - 0.1 / 64)
+  assert float(rm.scheduled_dropblock_keep_prob(0, 100, 0.9)) == pytest.approx(1.0)
+  assert float(rm.scheduled_dropblock_keep_prob(50, 100, 0.9)) == pytest.approx(0.95)
+  assert float(rm.scheduled_dropblock_keep_prob(100, 100, 0.9)) == pytest.approx(0.9)
+
+
+def test_dropblock_rejects_bad_settings():
+  with pytest.raises(ValueError, match='keep_prob'):
+    rm.resnet(50, 10, dropblock_groups=(4,))
+  with pytest.raises(ValueError, match='1..4'):
+    rm.resnet(50, 10, dropblock_groups=(5,), dropblock_keep_prob=0.9)
+  with pytest.raises(ValueError, match='bottleneck'):
+    rm.resnet(18, 10, dropblock_groups=(4,), dropblock_keep_prob=0.9)
+
+
+@pytest.mark.parametrize('depth,num_bn', [(18, 17), (50, 49)])
+def test_pre_activation_v2_has_its_own_bn_layout_and_still_maps_to_tf1_names(depth, num_bn):
+  model = rm.resnet(depth, 10, pre_activation=True)
+  names = rm.tf1_variable_map(model)
+  assert len(names) == len(model.weights)
+  bn_layers = {n.split('/')[0] for n in names if n.startswith('batch_normalization')}
+  assert len(bn_layers) == num_bn  # one per block input + between main-path convs, plus the final one
+  assert all(np.all(v.numpy() == 1.0) for n, v in names.items() if n.endswith('/gamma'))  # no zero-init in v2
+  assert model.count_params() == rm.count_params(depth, 10, pre_activation=True, include_bn_statistics=True)
+  assert list(names['batch_normalization/gamma'].shape) == [64]  # first BN: block 1's input, no stem BN
+  assert model(_images(1, 32), training=True).shape == (1, 10)
+
+
+# --- checkpoints, export ----------------------------------------------------------------------------------------
+
+
+def test_checkpoint_round_trip_and_saved_model_export(tmp_path, resnet18_small):
+  model = resnet18_small
+  _randomize(model, seed=1)
+  images = _images(1, 32)
+  expected = model(images, training=False).numpy()
+  prefix = tf.train.Checkpoint(model=model).save(str(tmp_path / 'ckpt'))
+
+  restored = rm.resnet(18, 10)
+  tf.train.Checkpoint(model=restored).restore(prefix).assert_existing_objects_matched()
+  np.testing.assert_allclose(restored(images, training=False), expected, rtol=1e-6)
+
+  class Serving(tf.Module):
+
+    def __init__(self, net):
+      super().__init__()
+      self.net = net
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 32, 32, 3], tf.float32)])
+    def __call__(self, x):
+      return self.net(x, training=False)
+
+  tf.saved_model.save(Serving(model), str(tmp_path / 'export'))
+  loaded = tf.saved_model.load(str(tmp_path / 'export'))
+  np.testing.assert_allclose(loaded(tf.constant(images)), expected, rtol=1e-5, atol=1e-6)
+
+
+# --- FLOPs, report ----------------------------------------------------------------------------------------------
+
+
+def _layer_flops(model: keras.Model) -> int:
+  """2 x MACs read off the built layers' kernels and static output shapes."""
+  total = 0
+  for layer in model.layers:
+    if isinstance(layer, keras.layers.Conv2D):
+      kh, kw, cin, cout = layer.kernel.shape
+      _, h, w, _ = layer.output.shape
+      total += 2 * kh * kw * cin * cout * h * w
+    elif isinstance(layer, keras.layers.Dense):
+      total += 2 * int(np.prod(layer.kernel.shape))
+  return total
+
+
+def test_analytic_flops_match_a_count_from_the_built_layers(resnet50_224):
+  assert _layer_flops(resnet50_224) == rm.count_flops(50, 224, 1000)
+  assert rm.count_flops(50, 224, 1000) == pytest.approx(8.18e9, rel=0.01)  # the usual "4.1 GMACs"
+  odd = rm.resnet(34, 7, image_size=97)
+  assert _layer_flops(odd) == rm.count_flops(34, 97, 7)
+
+
+def test_analytic_flops_agree_with_the_tf_profiler(resnet18_small):
+  from tensorflow.python.profiler import model_analyzer, option_builder  # pylint: disable=g-import-not-at-top
+  fn = tf.function(lambda x: resnet18_small(x, training=False))
+  graph = fn.get_concrete_function(tf.TensorSpec([1, 64, 64, 3], tf.float32)).graph
+  options = option_builder.ProfileOptionBuilder(
+      option_builder.ProfileOptionBuilder.float_operation()).with_empty_output().build()
+  profiled = model_analyzer.profile(graph, options=options).total_float_ops
+  # The profiler also counts BN, bias and residual adds: a little more than convs + dense.
+  assert rm.count_flops(18, 64, 10) <= profiled <= 1.02 * rm.count_flops(18, 64, 10)
+
+
+def test_model_report_prints_one_row_per_depth():
+  rows = model_report.report_rows(224, 1000)
+  assert [r['depth'] for r in rows] == list(DEPTHS)
+  table = model_report.format_table(rows, 224)
+  assert 'GFLOPs @224' in table
+  assert '|    50 | bottleneck |     25.557 |' in table
+  assert len(table.splitlines()) == 2 + len(DEPTHS)

@@ -1,0 +1,212 @@
+"""The model-agnostic runner, driven by a toy model_fn: loop, checkpoints, resume, eval, predict, export, hooks."""
+import glob
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet import hooks as hooks_lib
+from resnet import runner as R
+
+X = np.random.RandomState(0).randn(100, 4).astype('float32')
+Y = ((X[:, 0] > 0).astype('int32') + (X[:, 1] > 1).astype('int32'))
+
+
+def toy_model_fn(features, labels, mode, params):
+  scope = params['scope']
+  model = scope.get_or_create('model', lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+  if mode == R.ModeKeys.TRAIN:
+    opt = scope.get_or_create('optimizer', lambda: _optimizer(model, params))
+  if features is None:
+    return None
+  if mode == R.ModeKeys.TRAIN:
+    with tf.GradientTape() as tape:
+      logits = model(features, training=True)
+      per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+      loss = tf.nn.compute_average_loss(
+          per_example, global_batch_size=params['batch_size'] * params['num_replicas_in_sync'])
+      loss += params.get('loss_offset', 0.0)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    return R.EstimatorSpec(mode, loss=loss, scalars={'replica_id': tf.cast(replica, tf.float32)})
+  logits = model(features, training=False)
+  if mode == R.ModeKeys.EVAL:
+    weights = tf.cast(labels >= 0, tf.float32)
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.maximum(labels, 0)), tf.float32)
+    return R.EstimatorSpec(mode, eval_metrics={'accuracy': (tf.reduce_sum(correct * weights),
+                                                            tf.reduce_sum(weights))})
+  return R.EstimatorSpec(mode, predictions={'classes': tf.argmax(logits, -1)})
+
+
+def _optimizer(model, params):
+  opt = keras.optimizers.SGD(params.get('lr', 0.1), momentum=0.9)
+  opt.build(model.trainable_variables)
+  return opt
+
+
+def train_input(params):
+  return tf.data.Dataset.from_tensor_slices((X, Y)).repeat().batch(params['batch_size'], drop_remainder=True)
+
+
+def eval_input(params):
+  ds = tf.data.Dataset.from_tensor_slices((X, Y))
+  context = params.get('context')
+  if context is not None and context.num_input_pipelines > 1:
+    ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
+  return ds.batch(params['batch_size'])
+
+
+def make_runner(model_dir, strategy=None, params=None, **config):
+  defaults = dict(train_batch_size=8, eval_batch_size=8, predict_batch_size=8, iterations_per_loop=10,
+                  save_checkpoints_steps=20)
+  defaults.update(config)
+  return R.Runner(toy_model_fn, R.RunConfig(model_dir=str(model_dir), **defaults), params or {}, strategy)
+
+
+def two_device_strategy():
+  devices = tf.config.list_logical_devices('CPU')
+  if len(devices) < 2:
+    pytest.skip('needs two logical CPU devices (set up in conftest before TF initialises)')
+  return tf.distribute.MirroredStrategy([d.name for d in devices[:2]])
+
+
+def test_training_lowers_the_loss_and_checkpoints_on_schedule(tmp_path):
+  runner = make_runner(tmp_path, keep_checkpoint_max=2)
+  first = runner.train(train_input, max_steps=10)['loss']
+  last = runner.train(train_input, max_steps=60)['loss']
+  assert last < first * 0.8
+  steps = sorted(R.checkpoint_step(p) for p in tf.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths)
+  assert steps == [40, 60]  # saved at 10 (end), 20, 40, 60; only the last 2 kept
+  assert os.path.exists(tmp_path / 'model.ckpt-60.index')
+
+
+def test_resume_continues_at_saved_step_with_same_weights_and_optimizer_state(tmp_path):
+  runner = make_runner(tmp_path)
+  runner.train(train_input, max_steps=30)
+  model, opt = runner.scope.get('model'), runner.scope.get('optimizer')
+  saved = [v.numpy().copy() for v in model.weights + opt.variables]
+
+  resumed = make_runner(tmp_path)
+  resumed.build(R.ModeKeys.TRAIN)
+  resumed.restore()
+  assert int(resumed.global_step.numpy()) == 30
+  restored = [v.numpy() for v in resumed.scope.get('model').weights + resumed.scope.get('optimizer').variables]
+  assert len(saved) == len(restored) and len(saved) > len(model.weights)  # momentum slots included
+  for a, b in zip(saved, restored):
+    np.testing.assert_array_equal(a, b)
+  logs = resumed.train(train_input, max_steps=40)
+  assert int(resumed.global_step.numpy()) == 40 and logs
+
+
+def test_evaluate_counts_every_example_once_and_writes_results_json(tmp_path):
+  runner = make_runner(tmp_path, eval_batch_size=16)  # 100 = 6 full batches + a partial one
+  runner.train(train_input, max_steps=20)
+  results = runner.evaluate(eval_input)
+  assert results['num_examples'] == 100 and results['global_step'] == 20
+  with open(tmp_path / 'eval_results.json') as f:
+    saved = json.load(f)
+  assert saved['accuracy'] == pytest.approx(results['accuracy'])
+  assert saved['checkpoint'].endswith('model.ckpt-20')
+  model = runner.scope.get('model')
+  expected = np.mean(np.argmax(model(X, training=False).numpy(), -1) == Y)
+  assert results['accuracy'] == pytest.approx(expected)
+
+
+def test_eval_and_predict_without_a_checkpoint_fail_clearly(tmp_path):
+  runner = make_runner(tmp_path)
+  with pytest.raises(R.NoCheckpointError, match='No checkpoint'):
+    runner.evaluate(eval_input)
+  with pytest.raises(R.NoCheckpointError, match='No checkpoint'):
+    list(runner.predict(lambda p: tf.data.Dataset.from_tensor_slices(X).batch(p['batch_size'])))
+
+
+def test_predict_yields_one_prediction_per_example(tmp_path):
+  runner = make_runner(tmp_path)
+  runner.train(train_input, max_steps=10)
+  preds = list(runner.predict(lambda p: tf.data.Dataset.from_tensor_slices(X[:13]).batch(p['batch_size'])))
+  assert len(preds) == 13
+  model = runner.scope.get('model')
+  np.testing.assert_array_equal([p['classes'] for p in preds], np.argmax(model(X[:13]).numpy(), -1))
+
+
+def test_scalars_are_written_to_tensorboard_each_loop(tmp_path):
+  runner = make_runner(tmp_path)
+  runner.train(train_input, max_steps=30)
+  events = glob.glob(str(tmp_path / 'events.out.tfevents.*'))
+  assert events
+  seen = {}
+  for event in tf.compat.v1.train.summary_iterator(events[0]):
+    for value in event.summary.value:
+      seen.setdefault(value.tag, []).append(event.step)
+  for tag in ('loss', 'images_per_sec', 'steps_per_sec', 'replica_id'):
+    assert seen[tag] == [10, 20, 30], tag
+
+
+class _Recorder(hooks_lib.LoopHook):
+  def __init__(self, boundary=None):
+    self.calls = []
+    self.boundary = boundary
+
+  def next_boundary(self, step):
+    return self.boundary(step) if self.boundary else None
+
+  def before_loop(self, step, num_steps):
+    self.calls.append((step, num_steps))
+
+
+def test_hooks_can_shorten_loops(tmp_path):
+  runner = make_runner(tmp_path, iterations_per_loop=10, save_checkpoints_steps=100)
+  recorder = _Recorder(boundary=lambda step: step + 1 if 10 <= step < 13 else None)
+  runner.train(train_input, max_steps=25, hooks=[recorder])
+  assert recorder.calls == [(0, 10), (10, 1), (11, 1), (12, 1), (13, 10), (23, 2)]
+  recorder = _Recorder(boundary=lambda step: 33 if step < 33 else None)
+  runner.train(train_input, max_steps=40, hooks=[recorder])
+  assert recorder.calls == [(25, 8), (33, 7)]
+
+
+def test_nan_loss_stops_training_without_overwriting_the_last_good_checkpoint(tmp_path):
+  make_runner(tmp_path).train(train_input, max_steps=20)
+  runner = make_runner(tmp_path, params={'loss_offset': float('nan')})
+  with pytest.raises(hooks_lib.NonFiniteLossError, match='step 30'):
+    runner.train(train_input, max_steps=40, hooks=[hooks_lib.NanGuard()])
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith('model.ckpt-20')
+
+
+def test_export_writes_a_new_version_directory_each_time(tmp_path):
+  runner = make_runner(tmp_path)
+  runner.train(train_input, max_steps=10)
+  serving = {'serving_default': R.ServingInput({'x': tf.TensorSpec([None, 4], tf.float32)}, lambda x: x)}
+  first = runner.export_saved_model(str(tmp_path / 'export'), serving)
+  second = runner.export_saved_model(str(tmp_path / 'export'), serving)
+  assert first != second and os.path.isdir(first) and os.path.isdir(second)
+  assert not glob.glob(str(tmp_path / 'export' / '.tmp-*'))
+  loaded = tf.saved_model.load(first)
+  out = loaded.signatures['serving_default'](x=tf.constant(X[:3]))
+  np.testing.assert_array_equal(out['classes'].numpy(), np.argmax(runner.scope.get('model')(X[:3]).numpy(), -1))
+
+
+def test_mirrored_strategy_sums_loss_over_replicas_and_averages_scalars(tmp_path):
+  strategy = two_device_strategy()
+  single = make_runner(tmp_path / 'one', params={'lr': 0.0})
+  mirrored = make_runner(tmp_path / 'two', strategy=strategy, params={'lr': 0.0})
+  mirrored.build(R.ModeKeys.TRAIN)
+  single.build(R.ModeKeys.TRAIN)
+  for a, b in zip(single.scope.get('model').weights, mirrored.scope.get('model').weights):
+    b.assign(a)
+  one = single.train(train_input, max_steps=1)
+  two = mirrored.train(train_input, max_steps=1)
+  # Same global batch of 8 (two replicas of 4): the replica losses sum to the single-device batch loss.
+  assert two['loss'] == pytest.approx(one['loss'], rel=1e-5)
+  assert two['replica_id'] == pytest.approx(0.5)  # the mean of replicas 0 and 1, not replica 0 only
+  results = mirrored.evaluate(eval_input)
+  assert results['num_examples'] == 100
+
+
+def test_batch_size_must_divide_by_replicas(tmp_path):
+  strategy = two_device_strategy()
+  with pytest.raises(ValueError, match='not divisible'):
+    make_runner(tmp_path, strategy=strategy, train_batch_size=7)
