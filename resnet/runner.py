@@ -11,11 +11,14 @@ TF2 needs persistent objects (model, optimizer) created outside the compiled ste
 ``model_fn(None, None, mode, params)`` eagerly inside the strategy scope: that call must create every object the
 mode needs and may return None. Later calls run inside the compiled step, on real features, in replica context.
 """
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import signal
 import tempfile
+import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -89,6 +92,16 @@ class RunConfig:
   log_every_loop: bool = True
 
 
+class TrainingInterrupted(Exception):
+  """Training stopped early on request (SIGTERM, SIGINT, a hook); a checkpoint at ``step`` was saved."""
+
+  def __init__(self, step: int, reason: str):
+    super().__init__(f'Training interrupted ({reason}) at step {step}; checkpoint saved. Run the same '
+                     f'command again to continue.')
+    self.step = step
+    self.reason = reason
+
+
 class NoCheckpointError(FileNotFoundError):
   """Evaluation or prediction asked for weights that do not exist."""
 
@@ -154,6 +167,8 @@ class Runner:
     self._synced_checkpoint: Optional[str] = None   # the checkpoint the variables currently equal
     self._writers: Dict[str, tf.summary.SummaryWriter] = {}
     self._restored = False
+    self._stop_requested = tf.Variable(False, trainable=False, name='stop_requested')
+    self._stop_reason = ''
 
   # ------------------------------------------------------------------------------------------------ building
   def _params_for(self, mode: str, global_batch: int) -> Dict[str, Any]:
@@ -252,16 +267,23 @@ class Runner:
     probe = tf.function(lambda inputs: strategy.run(step_fn, args=(inputs,)))
     scalar_keys = sorted(probe.get_concrete_function(iterator.element_spec).structured_outputs[1])
 
+    stop = self._stop_requested
+    check_stop = self._num_workers() == 1  # workers must agree on the step count, so multi-worker stops at loop ends
+
     def loop_fn(iterator, num_steps):
       loss_sum = tf.constant(0.0, tf.float32)
+      done = tf.constant(0.0, tf.float32)
       scalars = {k: tf.constant(0.0, tf.float32) for k in scalar_keys}
       for _ in tf.range(num_steps):
+        if check_stop and stop:
+          break
+        done += 1.0
         loss, step_scalars = strategy.run(step_fn, args=(next(iterator),))
         loss_sum += tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None), tf.float32)
         scalars = {k: tf.cast(strategy.reduce(tf.distribute.ReduceOp.MEAN, step_scalars[k], axis=None),
                               tf.float32) for k in scalar_keys}
         self.global_step.assign_add(1)
-      return loss_sum / tf.cast(num_steps, tf.float32), scalars
+      return loss_sum / tf.maximum(done, 1.0), scalars
 
     return tf.function(loop_fn, jit_compile=self.config.jit_compile or None)
 
@@ -285,9 +307,10 @@ class Runner:
       self._train_input_fn = input_fn
     if self._train_fn is None:
       self._train_fn = self._make_train_fn(self._train_iterator)
-    manager = self.checkpoint_manager()
     logs: Dict[str, float] = {}
     start_step, start_time = step, time.time()
+    self._stop_requested.assign(False)
+    previous_handlers = self._install_signal_handlers()
     for hook in hooks:
       hook.begin(self, step)
     try:
@@ -298,16 +321,11 @@ class Runner:
         for hook in hooks:
           hook.before_loop(step, num_steps)
         loop_start = time.time()
-        if any(h.step_markers for h in hooks):
-          with tf.profiler.experimental.Trace('train', step_num=step, _r=1):
-            loss, scalars = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64))
-            loss = float(loss)
-        else:
-          loss, scalars = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64))
-          loss = float(loss)  # waits for the loop
+        loss, scalars = self._run_loop(step, num_steps, any(h.step_markers for h in hooks))
         seconds = max(time.time() - loop_start, 1e-9)
-        step = int(self.global_step.numpy())
-        logs = {'loss': loss, **{k: float(v) for k, v in scalars.items()},
+        num_steps = int(self.global_step.numpy()) - step  # fewer if a stop was requested mid-loop
+        step += num_steps
+        logs = {'loss': loss, **scalars,
                 'steps_per_sec': num_steps / seconds,
                 'images_per_sec': num_steps * self.config.train_batch_size / seconds}
         for hook in hooks:
@@ -316,12 +334,69 @@ class Runner:
           self.write_scalars('train', step, logs)
         if self.config.log_every_loop:
           self._log_progress(step, max_steps, start_step, start_time, logs)
-        if step % self.config.save_checkpoints_steps == 0 or step >= max_steps:
+        if step % self.config.save_checkpoints_steps == 0 or step >= max_steps or self.stop_requested:
           self.save()
+        if self.stop_requested:
+          raise TrainingInterrupted(step, self._stop_reason)
     finally:
       for hook in hooks:
         hook.end(step)
+      self._restore_signal_handlers(previous_handlers)
     return logs
+
+  def _run_loop(self, step: int, num_steps: int, markers: bool) -> Tuple[float, Dict[str, float]]:
+    """Runs one compiled loop in a worker thread, so the main thread stays free to handle SIGTERM/SIGINT."""
+    result: Dict[str, Any] = {}
+
+    def target():
+      try:
+        with (tf.profiler.experimental.Trace('train', step_num=step, _r=1) if markers
+              else contextlib.nullcontext()):
+          loss, scalars = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64))
+          result['out'] = float(loss), {k: float(v) for k, v in scalars.items()}
+      except BaseException as e:  # pylint: disable=broad-except
+        result['error'] = e
+
+    thread = threading.Thread(target=target, name='train-loop', daemon=True)
+    thread.start()
+    thread.join()
+    if 'error' in result:
+      raise result['error']
+    return result['out']
+
+  # ------------------------------------------------------------------------------------------------ stopping
+  @property
+  def stop_requested(self) -> bool:
+    return bool(self._stop_requested.numpy())
+
+  def request_stop(self, reason: str = 'stop requested') -> None:
+    """Ends training after the current step (single worker) or loop (multi-worker), with a checkpoint."""
+    self._stop_reason = reason
+    self._stop_requested.assign(True)
+
+  def _install_signal_handlers(self) -> Dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+      return {}
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      def handler(signum, frame, _self=self):  # pylint: disable=unused-argument
+        name = signal.Signals(signum).name
+        if _self.stop_requested and signum == signal.SIGINT:
+          raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+        logging.warning('%s received: saving a checkpoint at the current step, then exiting.', name)
+        _self.request_stop(name)
+      previous[sig] = signal.signal(sig, handler)
+    return previous
+
+  @staticmethod
+  def _restore_signal_handlers(previous: Dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
+
+  def _num_workers(self) -> int:
+    extended = getattr(self.strategy, 'extended', None)
+    workers = getattr(extended, '_num_workers', 1)
+    return int(workers or 1)
 
   def save(self) -> Optional[str]:
     """Writes a checkpoint at the current global step (no-op if one exists for this step)."""

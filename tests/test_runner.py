@@ -210,3 +210,20 @@ def test_batch_size_must_divide_by_replicas(tmp_path):
   strategy = two_device_strategy()
   with pytest.raises(ValueError, match='not divisible'):
     make_runner(tmp_path, strategy=strategy, train_batch_size=7)
+
+
+def test_request_stop_ends_training_mid_loop_with_a_checkpoint_at_that_step(tmp_path):
+  runner = make_runner(tmp_path, iterations_per_loop=50, save_checkpoints_steps=1000)
+
+  class StopAt(hooks_lib.LoopHook):
+    def after_loop(self, step, logs):
+      if step == 50:
+        runner.request_stop('test')
+
+  with pytest.raises(R.TrainingInterrupted, match='step 50'):
+    runner.train(train_input, max_steps=200, hooks=[StopAt()])
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith('model.ckpt-50')
+  # The flag is read inside the compiled loop: a stop requested before the loop runs no step at all.
+  runner._stop_requested.assign(True)
+  loss, _ = runner._train_fn(runner._train_iterator, tf.constant(10, tf.int64))
+  assert int(runner.global_step.numpy()) == 50
