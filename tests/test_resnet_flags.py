@@ -189,7 +189,7 @@ def test_non_params_flags_stay_out_of_params():
 
 def test_non_params_flag_values():
   flag_values = _flags('--worker_hosts=a:1,b:2', '--task_index=1', '--dump_params')
-  assert flag_values.worker_hosts == ['a:1', 'b:2'] and flag_values.task_index == 1 and flag_values.dump_params
+  assert flag_values.worker_hosts == 'a:1,b:2' and flag_values.task_index == 1 and flag_values.dump_params
 
 
 def test_params_from_flags_needs_parsed_flags():
