@@ -195,7 +195,9 @@ def test_split_folders_layout_with_val_keeps_the_split(tmp_path):
   _rgb_jpegs(str(root / 'val' / 'a'), 2)
   _rgb_jpegs(str(root / 'val' / 'b'), 1)
   _rgb_jpegs(str(root / 'test' / 'b'), 2)
+  (root / 'val' / 'notes.txt').write_text('outside any class folder')
   summary = conv.convert_dataset(str(root), str(tmp_path / 'out'), num_workers=1)
+  assert [os.path.basename(s['path']) for s in summary['skipped']] == ['notes.txt']
   assert summary['layout'] == 'split_folders'
   assert summary['labels'] == {'a': 1, 'b': 2, 'c': 3}
   assert [summary['splits'][s]['images'] for s in conv.SPLITS] == [6, 3, 2]
@@ -334,6 +336,10 @@ def test_cli_converts_and_prints_a_table(tmp_path, capsys):
   fv.unparse_flags()
   fv(['convert', f'--raw_data_dir={raw}', f'--local_scratch_dir={tmp_path / "out2"}', '--gcs_upload'])
   with pytest.raises(Exception, match='gs://'):
+    conv.main(['convert'], fv)
+  fv.unparse_flags()
+  fv(['convert', f'--raw_data_dir={raw}', f'--local_scratch_dir={tmp_path / "out"}'])
+  with pytest.raises(SystemExit, match='error: Output dir .* is not empty'):
     conv.main(['convert'], fv)
 
 

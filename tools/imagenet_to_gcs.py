@@ -1,0 +1,653 @@
+r"""Converts an image folder (or raw ImageNet) to sharded TFRecords, and optionally uploads them to GCS.
+
+The reference's name and flags (tensorflow/tpu tools/datasets/imagenet_to_gcs.py), rebuilt to also take the seed's
+own data: a folder of class folders is split train/validation/test (80/10/10 like split-folders), so the extra
+split-folders step is optional. Usage (from the repository root):
+
+  python -m tools.imagenet_to_gcs --raw_data_dir=flower_photos --local_scratch_dir=records \
+      [--gcs_output_path=gs://bucket/data] [--train_ratio=0.8 --validation_ratio=0.1 --test_ratio=0.1]
+
+Input layouts, detected automatically:
+  (a) class folders: ``<root>/<class>/**/<image>``: split per class by the ratios with --seed (stratified).
+  (b) split folders: ``<root>/train/<class>/...`` plus ``val/`` or ``validation/`` and optionally ``test/``.
+  (c) ImageNet: ``train/<synset>/*.JPEG``, flat ``validation/*.JPEG`` and ``synset_labels.txt`` (one synset per
+      line, in sorted validation filename order).
+
+Outputs in --local_scratch_dir: ``train-00000-of-00008``, ``validation-...``, ``test-...`` shards of tf.train.Example
+(official_input/example_schema.py; labels 1-based = sorted class index + 1, 0 reserved for background),
+``labels.txt`` (line i = label i + 1) and ``summary.json`` (counts, skipped files). Every file is written under a
+``.tmp-`` name and renamed when complete; ``summary.json`` is renamed last, so its presence marks a complete run.
+
+Cleaning (Pillow, in worker processes that never import TensorFlow): files whose *content* is an RGB JPEG keep
+their original bytes (decoded only to check them and read H x W, as the reference does); everything else Pillow
+reads (PNG, CMYK/grayscale JPEG, palette, alpha, 16-bit, WebP/BMP/GIF/TIFF, misnamed files) is re-encoded as RGB
+JPEG at quality 95 (first frame; alpha composited on white; ICC profiles ignored). With --exif_orientation (default),
+images carrying an EXIF rotation are rotated upright and re-encoded too. Unreadable files are skipped and listed.
+"""
+import collections
+import contextlib
+import io
+import itertools
+import json
+import multiprocessing
+import os
+import random
+import re
+import sys
+import time
+from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+from absl import app
+from absl import flags
+from absl import logging
+
+if __package__ in (None, ''):  # Run as a script (like the reference): make the repository's packages importable.
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SPLITS = ('train', 'validation', 'test')
+JPEG_QUALITY = 95
+# Auto shard count: about one shard per this many source bytes, capped like the reference (1024/128) and at the
+# image count, so ImageNet gets 1024 train shards and a 200 MB folder gets one or two per split.
+TARGET_SHARD_BYTES = 100 * 1024 * 1024
+MAX_AUTO_SHARDS = {'train': 1024, 'validation': 128, 'test': 128}
+TMP_PREFIX = '.tmp-'
+LABELS_FILE = 'labels.txt'
+SUMMARY_FILE = 'summary.json'
+SYNSET_LABELS_FILE = 'synset_labels.txt'
+_SHARD_RE = re.compile(r'^(train|validation|test)-\d{5}-of-\d{5}$')
+_SPLIT_DIRS = {'train': 'train', 'val': 'validation', 'validation': 'validation', 'test': 'test'}
+_EXT_FORMATS = {'.jpg': 'JPEG', '.jpeg': 'JPEG', '.jpe': 'JPEG', '.jfif': 'JPEG', '.png': 'PNG', '.gif': 'GIF',
+                '.bmp': 'BMP', '.webp': 'WEBP', '.tif': 'TIFF', '.tiff': 'TIFF'}
+_EXIF_ORIENTATION = 0x0112
+_FILES_PER_TASK = 16  # Paths per worker task: amortises inter-process overhead, keeps results ordered.
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Image cleaning: Pillow/numpy only. This section runs in worker processes, so it must not import TensorFlow.
+
+
+class CleanedImage(NamedTuple):
+  """What a worker returns for one file: JPEG bytes and size, or why the file was skipped."""
+  encoded: Optional[bytes]
+  height: int = 0
+  width: int = 0
+  converted: Optional[str] = None  # Why it was re-encoded (e.g. 'PNG/RGBA'); None when the bytes are original.
+  error: Optional[str] = None
+
+
+def _to_rgb(img: Any) -> Any:
+  """Converts any Pillow mode to 8-bit RGB; 16-bit and float data are rescaled, not clipped."""
+  from PIL import Image
+  mode = img.mode
+  if mode == 'RGB':
+    return img
+  if mode.startswith('I') or mode == 'F':
+    import numpy as np
+    arr = np.nan_to_num(np.asarray(img, dtype=np.float64))
+    if mode == 'F':
+      scale = 255.0 if arr.max() <= 1.0 else 1.0
+    else:  # 'I;16*' is 16-bit; 32-bit 'I' is treated as 16-bit when values exceed 8 bits.
+      scale = 1.0 / 257.0 if mode.startswith('I;16') or arr.max() > 255 else 1.0
+    gray = np.clip(arr * scale + 0.5, 0, 255).astype(np.uint8)
+    return Image.fromarray(gray).convert('RGB')
+  if mode in ('RGBA', 'LA', 'PA', 'RGBa', 'La') or 'transparency' in img.info:
+    rgba = img.convert('RGBA')
+    background = Image.new('RGBA', rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(background, rgba).convert('RGB')
+  return img.convert('RGB')  # CMYK (Adobe-inverted handled by Pillow), L, P, 1, YCbCr, LAB, HSV.
+
+
+def clean_image_bytes(data: bytes, extension: str = '', apply_exif_orientation: bool = True) -> CleanedImage:
+  """Returns the image as RGB JPEG bytes: the original bytes when they already are one, else re-encoded.
+
+  The format is detected from the content; ``extension`` (e.g. '.jpg') only labels misnamed files in the reason.
+  Raises on unreadable data (the caller turns that into a skip).
+  """
+  from PIL import Image, ImageOps
+  img = Image.open(io.BytesIO(data))
+  fmt = img.format or 'unknown'
+  width, height = img.size
+  orientation = 1
+  if apply_exif_orientation:
+    try:
+      orientation = int(img.getexif().get(_EXIF_ORIENTATION, 1) or 1)
+    except Exception:  # pylint: disable=broad-except  # A broken EXIF block is not a broken image.
+      orientation = 1
+  rotate = orientation in range(2, 9)
+  if fmt == 'JPEG' and img.mode == 'RGB' and not rotate:
+    img.draft('RGB', (max(1, width // 8), max(1, height // 8)))  # DCT-scaled decode: still reads every byte.
+    img.load()
+    return CleanedImage(data, height, width)
+  img.load()
+  reason = f'{fmt}/{img.mode}'
+  expected = _EXT_FORMATS.get(extension.lower())
+  if expected and expected != ('JPEG' if fmt == 'MPO' else fmt):  # MPO: multi-picture JPEG from cameras.
+    reason += f' named {extension}'
+  if rotate:
+    img = ImageOps.exif_transpose(img)
+    reason += f' EXIF orientation {orientation}'
+  rgb = _to_rgb(img)
+  out = io.BytesIO()
+  rgb.save(out, 'JPEG', quality=JPEG_QUALITY)
+  return CleanedImage(out.getvalue(), rgb.height, rgb.width, converted=reason)
+
+
+def clean_image_file(path: str, apply_exif_orientation: bool = True) -> CleanedImage:
+  """clean_image_bytes for a file; any failure becomes a CleanedImage with ``error`` set, never an exception."""
+  try:
+    with open(path, 'rb') as f:
+      data = f.read()
+    if not data:
+      return CleanedImage(None, error='empty file')
+    return clean_image_bytes(data, os.path.splitext(path)[1], apply_exif_orientation)
+  except Exception as e:  # pylint: disable=broad-except  # One bad file must never stop the run.
+    name = type(e).__name__
+    if name == 'UnidentifiedImageError':
+      return CleanedImage(None, error='not an image Pillow can read')
+    return CleanedImage(None, error=f'{name}: {e}')
+
+
+def _clean_chunk(paths: Sequence[str], apply_exif_orientation: bool) -> List[CleanedImage]:
+  return [clean_image_file(p, apply_exif_orientation) for p in paths]
+
+
+@contextlib.contextmanager
+def _cleaned_images(paths: Sequence[str], apply_exif_orientation: bool,
+                    num_workers: int) -> Iterator[Iterator[CleanedImage]]:
+  """Yields an iterator of cleaned images in input order, from a 'spawn' pool with bounded tasks in flight.
+
+  The pool starts on entry (so workers boot while the parent imports TensorFlow) and is terminated on exit. The
+  bound keeps memory flat when workers outrun the writer; 'spawn' keeps TensorFlow (imported by the parent) out of
+  the workers and behaves the same on Linux, macOS and Windows.
+  """
+  chunks = [paths[i:i + _FILES_PER_TASK] for i in range(0, len(paths), _FILES_PER_TASK)]
+  num_workers = min(num_workers, len(chunks))
+  if num_workers <= 1:
+    yield (image for chunk in chunks for image in _clean_chunk(chunk, apply_exif_orientation))
+    return
+  with multiprocessing.get_context('spawn').Pool(num_workers) as pool:
+    todo = iter(chunks)
+    pending: Deque[Any] = collections.deque(
+        pool.apply_async(_clean_chunk, (chunk, apply_exif_orientation))
+        for chunk in itertools.islice(todo, 4 * num_workers))
+
+    def ordered() -> Iterator[CleanedImage]:
+      while pending:
+        results = pending.popleft().get()
+        chunk = next(todo, None)
+        if chunk is not None:
+          pending.append(pool.apply_async(_clean_chunk, (chunk, apply_exif_orientation)))
+        yield from results
+
+    yield ordered()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Layout detection and split planning.
+
+
+class Item(NamedTuple):
+  """One source file and where it goes."""
+  path: str
+  class_name: str
+
+
+class Plan(NamedTuple):
+  """What to convert: the layout found, the ordered items per split, class names (label = index + 1)."""
+  layout: str  # 'class_folders', 'split_folders' or 'imagenet'.
+  splits: Dict[str, List[Item]]
+  class_names: List[str]
+  loose_files: List[str]  # Files outside any class folder (skipped and reported).
+
+
+def _visible(name: str) -> bool:
+  return not name.startswith('.')  # Hidden files and macOS '._*' resource forks are never images.
+
+
+def _subdirs(path: str) -> List[str]:
+  return sorted(n for n in os.listdir(path) if _visible(n) and os.path.isdir(os.path.join(path, n)))
+
+
+def _files(path: str) -> List[str]:
+  return sorted(n for n in os.listdir(path) if _visible(n) and os.path.isfile(os.path.join(path, n)))
+
+
+def _walk_files(path: str) -> List[str]:
+  """All visible files under path, recursively, in a stable sorted order."""
+  found = []
+  for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
+    dirnames[:] = sorted(d for d in dirnames if _visible(d))
+    found.extend(os.path.join(dirpath, f) for f in sorted(filenames) if _visible(f))
+  return found
+
+
+def _class_folder_items(root: str) -> Tuple[Dict[str, List[Item]], List[str]]:
+  """Items per class of a folder of class folders, plus loose files at its top level."""
+  by_class = {c: [Item(p, c) for p in _walk_files(os.path.join(root, c))] for c in _subdirs(root)}
+  return by_class, [os.path.join(root, f) for f in _files(root)]
+
+
+def split_counts(n: int, ratios: Sequence[float]) -> List[int]:
+  """Splits n items by ratios with cumulative rounding, so the counts always add up to n."""
+  bounds, total = [], 0.0
+  for r in ratios[:-1]:
+    total += r
+    bounds.append(min(n, int(n * total + 0.5)))
+  edges = [0] + bounds + [n]
+  return [max(0, edges[i + 1] - edges[i]) for i in range(len(ratios))]
+
+
+def split_class_items(by_class: Dict[str, List[Item]], ratios: Sequence[float], seed: int) -> Dict[str, List[Item]]:
+  """Stratified, deterministic split: each class is shuffled with (seed, class name), then cut by the ratios.
+
+  Seeding per class keeps a class's split unchanged when other classes are added or removed.
+  """
+  splits: Dict[str, List[Item]] = {s: [] for s in SPLITS}
+  for class_name in sorted(by_class):
+    items = sorted(by_class[class_name])
+    random.Random(f'{seed}/{class_name}').shuffle(items)
+    start = 0
+    for split, count in zip(SPLITS, split_counts(len(items), ratios)):
+      splits[split].extend(items[start:start + count])
+      start += count
+  return {split: sorted(items) for split, items in splits.items()}  # Validation/test stay in path order.
+
+
+def _read_synset_labels(root: str, num_files: int) -> List[str]:
+  path = os.path.join(root, SYNSET_LABELS_FILE)
+  if not os.path.isfile(path):
+    raise ValueError(f'{root}/validation holds images directly (the ImageNet layout), but {path} is missing: '
+                     'expected one synset per line, in sorted validation filename order.')
+  with open(path) as f:
+    synsets = [line.strip() for line in f if line.strip()]
+  if len(synsets) != num_files:
+    raise ValueError(f'{path} has {len(synsets)} labels but {root}/validation has {num_files} files; they are paired '
+                     'line by line in sorted filename order.')
+  return synsets
+
+
+def _split_folder_plan(root: str, split_dirs: List[str]) -> Plan:
+  """Layouts (b) and (c): keep the given split."""
+  val_dirs = [d for d in split_dirs if _SPLIT_DIRS[d] == 'validation']
+  if len(val_dirs) > 1:
+    raise ValueError(f'{root} has both val/ and validation/: keep one.')
+  splits: Dict[str, List[Item]] = {s: [] for s in SPLITS}
+  layout, folder_classes, loose_files = 'split_folders', set(), []
+  for d in split_dirs:
+    split, path = _SPLIT_DIRS[d], os.path.join(root, d)
+    if split == 'validation' and not _subdirs(path) and _files(path):
+      layout = 'imagenet'
+      names = _files(path)
+      synsets = _read_synset_labels(root, len(names))
+      splits[split] = [Item(os.path.join(path, n), s) for n, s in zip(names, synsets)]
+    else:
+      by_class, loose = _class_folder_items(path)
+      folder_classes.update(by_class)
+      loose_files.extend(loose)
+      splits[split] = [item for c in sorted(by_class) for item in by_class[c]]
+  if layout == 'imagenet' and splits['test']:
+    logging.warning('ImageNet layout: ignoring test/ (its images have no labels).')
+    splits['test'] = []
+  if not splits['train']:
+    raise ValueError(f'{root}/train has no images: expected train/<class>/<image files>.')
+  if not splits['validation']:
+    logging.warning('No validation images in %s: the trainer evaluates on validation-* files.', root)
+  names = sorted({item.class_name for items in splits.values() for item in items} | folder_classes)
+  return Plan(layout, splits, names, loose_files)
+
+
+def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0) -> Plan:
+  """Detects the layout of raw_data_dir and lists the files of each split (train shuffled with the seed)."""
+  if not os.path.isdir(raw_data_dir):
+    raise ValueError(f'--raw_data_dir {raw_data_dir!r} is not a directory.')
+  dirs = _subdirs(raw_data_dir)
+  expected = ('expected class folders (<root>/<class>/<images>), split folders (<root>/train/<class>/... with '
+              'val/ or validation/, optionally test/), or the ImageNet layout (train/<synset>/*.JPEG, flat '
+              f'validation/*.JPEG and {SYNSET_LABELS_FILE})')
+  if not dirs:
+    raise ValueError(f'{raw_data_dir} has no subfolders: {expected}.')
+  split_dirs = [d for d in dirs if d in _SPLIT_DIRS]
+  if split_dirs:
+    others = [d for d in dirs if d not in _SPLIT_DIRS]
+    if others or 'train' not in split_dirs:
+      raise ValueError(f'{raw_data_dir} is ambiguous: split folders {split_dirs} next to {others or "no train/"}; '
+                       f'{expected}.')
+    plan = _split_folder_plan(raw_data_dir, split_dirs)
+  else:
+    by_class, loose = _class_folder_items(raw_data_dir)
+    if not any(by_class.values()):
+      raise ValueError(f'{raw_data_dir} has folders but no files in them: {expected}.')
+    plan = Plan('class_folders', split_class_items(by_class, ratios, seed), sorted(by_class), loose)
+  used = {item.class_name for items in plan.splits.values() for item in items}
+  for c in plan.class_names:
+    if c not in used:
+      logging.warning('Class %r has no files; it still gets a label.', c)
+  random.Random(seed).shuffle(plan.splits['train'])
+  return plan
+
+
+def default_num_shards(split: str, num_images: int, num_bytes: int) -> int:
+  """About one shard per TARGET_SHARD_BYTES of source data, at least 1, capped by MAX_AUTO_SHARDS and num_images."""
+  if num_images == 0:
+    return 0
+  return max(1, min(MAX_AUTO_SHARDS[split], num_images, num_bytes // TARGET_SHARD_BYTES))
+
+
+def shard_name(split: str, index: int, num_shards: int) -> str:
+  return f'{split}-{index:05d}-of-{num_shards:05d}'
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Output directory handling and writing (parent process only; TensorFlow is imported lazily here).
+
+
+def _prepare_output_dir(output_dir: str, overwrite: bool) -> None:
+  """Removes leftover .tmp- files; refuses other content unless overwrite, which removes only our own outputs."""
+  os.makedirs(output_dir, exist_ok=True)
+  for name in os.listdir(output_dir):
+    if name.startswith(TMP_PREFIX):
+      logging.info('Removing %s left by an interrupted run.', name)
+      os.remove(os.path.join(output_dir, name))
+  existing = sorted(os.listdir(output_dir))
+  if not existing:
+    return
+  if not overwrite:
+    raise FileExistsError(f'Output dir {output_dir} is not empty ({", ".join(existing[:5])}...): pass --overwrite '
+                          '(replaces the shards, labels.txt and summary.json) or choose an empty dir.')
+  for name in existing:
+    if _SHARD_RE.match(name) or name in (LABELS_FILE, SUMMARY_FILE):
+      os.remove(os.path.join(output_dir, name))
+    else:
+      logging.warning('--overwrite keeps %s in %s (not a converter output).', name, output_dir)
+
+
+def _atomic_write_text(output_dir: str, name: str, text: str) -> None:
+  tmp = os.path.join(output_dir, TMP_PREFIX + name)
+  with open(tmp, 'w') as f:
+    f.write(text)
+  os.replace(tmp, os.path.join(output_dir, name))
+
+
+def _shard_plan(plan: Plan, shards: Dict[str, Optional[int]]) -> List[Tuple[str, int, int, List[Item]]]:
+  """(split, index, num_shards, items) per shard; items are spread evenly so no auto shard is empty."""
+  out = []
+  for split in SPLITS:
+    items = plan.splits[split]
+    if not items:
+      continue
+    num = shards.get(split)
+    if num is None:
+      num = default_num_shards(split, len(items), sum(os.path.getsize(i.path) for i in items))
+    elif num > len(items):
+      logging.warning('%s: %d shards for %d images: some shards will be empty.', split, num, len(items))
+    for index in range(num):
+      out.append((split, index, num, items[index * len(items) // num:(index + 1) * len(items) // num]))
+  return out
+
+
+def convert_dataset(raw_data_dir: str,
+                    output_dir: str,
+                    train_ratio: float = 0.8,
+                    validation_ratio: float = 0.1,
+                    test_ratio: float = 0.1,
+                    seed: int = 0,
+                    train_shards: Optional[int] = None,
+                    validation_shards: Optional[int] = None,
+                    test_shards: Optional[int] = None,
+                    num_workers: Optional[int] = None,
+                    overwrite: bool = False,
+                    apply_exif_orientation: bool = True) -> Dict[str, Any]:
+  """Converts raw_data_dir to TFRecord shards, labels.txt and summary.json in output_dir; returns the summary.
+
+  Shard counts of None are sized to the data (default_num_shards). Ratios apply to the class-folder layout only.
+  """
+  ratios = (train_ratio, validation_ratio, test_ratio)
+  if min(ratios) < 0 or abs(sum(ratios) - 1.0) > 1e-6:
+    raise ValueError(f'Split ratios must be >= 0 and sum to 1, got {ratios}.')
+  raw_real, out_real = os.path.realpath(raw_data_dir), os.path.realpath(output_dir)
+  if out_real == raw_real or out_real.startswith(raw_real + os.sep):
+    raise ValueError(f'Output dir {output_dir} must not be inside raw_data_dir {raw_data_dir} '
+                     '(it would be read as data).')
+  start = time.time()
+  plan = plan_conversion(raw_data_dir, ratios, seed)
+  logging.info('Found the %s layout in %s: %s, %d classes.', plan.layout, raw_data_dir,
+               ', '.join(f'{s} {len(plan.splits[s])} files' for s in SPLITS), len(plan.class_names))
+  if plan.layout != 'class_folders' and ratios != (0.8, 0.1, 0.1):
+    logging.info('Split ratios %s ignored: %s is already split.', ratios, raw_data_dir)
+  _prepare_output_dir(output_dir, overwrite)
+  shards = _shard_plan(plan, {'train': train_shards, 'validation': validation_shards, 'test': test_shards})
+  workers = num_workers or _default_num_workers()
+  labels = {name: i + 1 for i, name in enumerate(plan.class_names)}
+  summary = _new_summary(plan, raw_data_dir, output_dir, ratios, seed)
+  _write_shards(shards, output_dir, labels, workers, apply_exif_orientation, summary)
+  _atomic_write_text(output_dir, LABELS_FILE, ''.join(n + '\n' for n in plan.class_names))
+  summary['seconds'] = round(time.time() - start, 1)
+  _atomic_write_text(output_dir, SUMMARY_FILE, json.dumps(summary, indent=2) + '\n')
+  logging.info('Wrote %d images (%d skipped) to %s in %.1f s.', summary['num_images'], len(summary['skipped']),
+               output_dir, summary['seconds'])
+  return summary
+
+
+def _default_num_workers() -> int:
+  try:
+    return len(os.sched_getaffinity(0))  # The CPUs this process may use (containers, taskset), not the host's.
+  except AttributeError:
+    return os.cpu_count() or 1
+
+
+def _new_summary(plan: Plan, raw_data_dir: str, output_dir: str, ratios: Sequence[float],
+                 seed: int) -> Dict[str, Any]:
+  return {
+      'layout': plan.layout,
+      'raw_data_dir': raw_data_dir,
+      'output_dir': output_dir,
+      'split_ratios': dict(zip(SPLITS, ratios)) if plan.layout == 'class_folders' else None,
+      'seed': seed,
+      'jpeg_quality': JPEG_QUALITY,
+      'num_classes': len(plan.class_names),
+      'labels': {name: i + 1 for i, name in enumerate(plan.class_names)},
+      'splits': {s: {'images': 0, 'shards': [], 'per_class': {c: 0 for c in plan.class_names}} for s in SPLITS},
+      'num_images': 0,
+      'converted': {},  # reason -> {'count': n, 'examples': [paths]}
+      'skipped': [{'path': p, 'split': None, 'reason': 'not inside a class folder'} for p in plan.loose_files],
+  }
+
+
+def _write_shards(shards: List[Tuple[str, int, int, List[Item]]], output_dir: str, labels: Dict[str, int],
+                  num_workers: int, apply_exif_orientation: bool, summary: Dict[str, Any]) -> None:
+  """Streams cleaned images from the workers into the shards, in plan order."""
+  paths = [item.path for _, _, _, items in shards for item in items]
+  with _cleaned_images(paths, apply_exif_orientation, num_workers) as results:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import  # Lazy, while the workers boot.
+    done, last_log, start = 0, time.time(), time.time()
+    for split, index, num, items in shards:
+      _write_shard(os.path.join(output_dir, shard_name(split, index, num)), split, items, results, labels, summary)
+      done += len(items)
+      if time.time() - last_log > 10 or index == num - 1:
+        last_log = time.time()
+        logging.info('%s: %d/%d shards; %d/%d files processed (%.0f files/s).', split, index + 1, num, done,
+                     len(paths), done / max(1e-9, time.time() - start))
+
+
+def _write_shard(path: str, split: str, items: List[Item], results: Iterator[CleanedImage], labels: Dict[str, int],
+                 summary: Dict[str, Any]) -> None:
+  """Writes one shard under a .tmp- name and renames it when complete; a failure leaves no shard behind."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Lazy: keeps --help and the workers TF-free.
+  from official_input import example_schema  # pylint: disable=g-import-not-at-top
+  tmp = os.path.join(os.path.dirname(path), TMP_PREFIX + os.path.basename(path))
+  stats = summary['splits'][split]
+  try:
+    with tf.io.TFRecordWriter(tmp) as writer:
+      for item in items:
+        result = next(results)
+        if result.error:
+          summary['skipped'].append({'path': item.path, 'split': split, 'reason': result.error})
+          continue
+        if result.converted:
+          _count_conversion(summary, result.converted, item.path)
+        example = example_schema.make_example(result.encoded, 'JPEG', labels[item.class_name], item.class_name,
+                                              result.height, result.width, os.path.basename(item.path))
+        writer.write(example.SerializeToString())
+        stats['images'] += 1
+        stats['per_class'][item.class_name] += 1
+        summary['num_images'] += 1
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  stats['shards'].append(os.path.basename(path))
+
+
+def _count_conversion(summary: Dict[str, Any], reason: str, path: str) -> None:
+  entry = summary['converted'].setdefault(reason, {'count': 0, 'examples': []})
+  entry['count'] += 1
+  if len(entry['examples']) < 5:
+    entry['examples'].append(path)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Upload and reporting.
+
+
+def output_files(output_dir: str) -> List[str]:
+  """The converter's outputs in upload order: shards, labels.txt, then summary.json (completion marker) last."""
+  names = sorted(n for n in os.listdir(output_dir) if _SHARD_RE.match(n))
+  return names + [n for n in (LABELS_FILE, SUMMARY_FILE) if os.path.exists(os.path.join(output_dir, n))]
+
+
+def _stale_outputs(dest: str) -> List[str]:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if not tf.io.gfile.isdir(dest):
+    return []
+  return [n.rstrip('/') for n in tf.io.gfile.listdir(dest)
+          if _SHARD_RE.match(n.rstrip('/')) or n.rstrip('/') in (LABELS_FILE, SUMMARY_FILE)]
+
+
+def check_upload_destination(dest: str, overwrite: bool) -> None:
+  """Fails before converting when dest already holds converter outputs and overwrite is off."""
+  existing = _stale_outputs(dest)
+  if existing and not overwrite:
+    raise FileExistsError(f'{dest} already holds {len(existing)} converter outputs (e.g. {existing[0]}): pass '
+                          '--overwrite to replace them.')
+
+
+def upload_outputs(local_dir: str, dest: str, overwrite: bool = False) -> List[str]:
+  """Copies the outputs to dest (gs:// or any tf.io.gfile path): each to a .tmp- name, then renamed.
+
+  With overwrite, converter outputs already at dest that this run did not produce (e.g. shards of an older run
+  with another shard count, which train-* would still match) are deleted first.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  names = output_files(local_dir)
+  tf.io.gfile.makedirs(dest)
+  stale = [n for n in _stale_outputs(dest) if n not in names]
+  if stale:
+    if not overwrite:
+      raise FileExistsError(f'{dest} holds outputs of another run (e.g. {stale[0]}): pass --overwrite.')
+    for n in stale:
+      tf.io.gfile.remove(f'{dest.rstrip("/")}/{n}')
+  for i, name in enumerate(names):
+    tmp, final = f'{dest.rstrip("/")}/{TMP_PREFIX}{name}', f'{dest.rstrip("/")}/{name}'
+    tf.io.gfile.copy(os.path.join(local_dir, name), tmp, overwrite=True)
+    tf.io.gfile.rename(tmp, final, overwrite=True)
+    if (i + 1) % 20 == 0 or i + 1 == len(names):
+      logging.info('Uploaded %d/%d files to %s.', i + 1, len(names), dest)
+  return names
+
+
+def format_summary(summary: Dict[str, Any], max_skipped: int = 20) -> str:
+  """A readable table: images per class and split, then conversions and skipped files."""
+  splits = [s for s in SPLITS if summary['splits'][s]['shards']]
+  width = max([len('class')] + [len(c) for c in summary['labels']])
+  lines = [f'Layout: {summary["layout"]}' + (f', split {summary["split_ratios"]} seed {summary["seed"]}'
+                                             if summary['split_ratios'] else ''),
+           f'{"label":>5}  {"class":<{width}}' + ''.join(f'  {s:>10}' for s in splits) + f'  {"total":>10}']
+  for name, label in summary['labels'].items():
+    counts = [summary['splits'][s]['per_class'][name] for s in splits]
+    lines.append(f'{label:>5}  {name:<{width}}' + ''.join(f'  {n:>10}' for n in counts) + f'  {sum(counts):>10}')
+  totals = [summary['splits'][s]['images'] for s in splits]
+  lines.append(f'{"":>5}  {"total":<{width}}' + ''.join(f'  {n:>10}' for n in totals) + f'  {sum(totals):>10}')
+  lines.append(f'{"":>5}  {"shards":<{width}}' + ''.join(f'  {len(summary["splits"][s]["shards"]):>10}'
+                                                           for s in splits))
+  for reason, entry in sorted(summary['converted'].items()):
+    lines.append(f'Re-encoded to RGB JPEG (quality {summary["jpeg_quality"]}): {entry["count"]} x {reason}')
+  skipped = summary['skipped']
+  lines.append(f'Skipped {len(skipped)} files' + (':' if skipped else '.'))
+  for entry in skipped[:max_skipped]:
+    lines.append(f'  {entry["path"]}: {entry["reason"]}')
+  if len(skipped) > max_skipped:
+    lines.append(f'  ... {len(skipped) - max_skipped} more in {SUMMARY_FILE}')
+  return '\n'.join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Command line.
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Defines the CLI flags (once). Not at import, so tests and workers can import this module without clashes."""
+  if 'raw_data_dir' in flag_values:
+    return
+  fv = flag_values
+  flags.DEFINE_string('raw_data_dir', None, 'Input images: class folders, split folders or the ImageNet layout.',
+                      flag_values=fv)
+  flags.DEFINE_string('local_scratch_dir', None, 'Where the TFRecords, labels.txt and summary.json are written.',
+                      flag_values=fv)
+  flags.DEFINE_string('gcs_output_path', None, 'gs://bucket/path to upload the outputs to.', flag_values=fv)
+  flags.DEFINE_boolean('gcs_upload', None, 'Upload to --gcs_output_path. Default: upload only when '
+                       '--gcs_output_path is given (the reference defaulted to True).', flag_values=fv)
+  flags.DEFINE_string('project', None, 'Accepted for compatibility with the reference; unused (uploads go through '
+                      'tf.io.gfile and the environment\'s credentials, not a cloud SDK).', flag_values=fv)
+  flags.DEFINE_float('train_ratio', 0.8, 'Class-folder layout: fraction of each class for train.', flag_values=fv)
+  flags.DEFINE_float('validation_ratio', 0.1, 'Class-folder layout: fraction for validation.', flag_values=fv)
+  flags.DEFINE_float('test_ratio', 0.1, 'Class-folder layout: fraction for test.', flag_values=fv)
+  flags.DEFINE_integer('seed', 0, 'Seed of the split and of the train shuffle.', flag_values=fv)
+  for split in SPLITS:
+    flags.DEFINE_integer(f'{split}_shards', None, f'Number of {split} shards. Default: about one per '
+                         f'{TARGET_SHARD_BYTES >> 20} MiB of source images, at most {MAX_AUTO_SHARDS[split]} and at '
+                         'most one per image.', lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer('num_workers', None, 'Image-cleaning processes. Default: the CPUs available to this process '
+                       '(os.cpu_count() where affinity is unknown).', lower_bound=1, flag_values=fv)
+  flags.DEFINE_boolean('overwrite', False, 'Replace earlier outputs in --local_scratch_dir (and at '
+                       '--gcs_output_path) instead of refusing a non-empty output dir.', flag_values=fv)
+  flags.DEFINE_boolean('exif_orientation', True, 'Rotate images with an EXIF orientation upright (re-encoding '
+                       'them); off keeps such JPEGs byte-for-byte, as the reference did.', flag_values=fv)
+
+
+def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  fv = flag_values
+  if not fv.raw_data_dir:
+    raise app.UsageError('--raw_data_dir is required.')
+  if not fv.local_scratch_dir:
+    raise app.UsageError('--local_scratch_dir is required (the records are written there, then uploaded).')
+  upload = fv.gcs_upload if fv.gcs_upload is not None else bool(fv.gcs_output_path)
+  if upload:
+    if not (fv.gcs_output_path or '').startswith('gs://'):
+      raise app.UsageError('Uploading needs --gcs_output_path=gs://...; pass --nogcs_upload to stay local.')
+  if fv.project:
+    logging.info('--project=%s is accepted for compatibility and not used.', fv.project)
+  try:
+    if upload:
+      check_upload_destination(fv.gcs_output_path, fv.overwrite)
+    summary = convert_dataset(
+        fv.raw_data_dir, fv.local_scratch_dir, train_ratio=fv.train_ratio, validation_ratio=fv.validation_ratio,
+        test_ratio=fv.test_ratio, seed=fv.seed, train_shards=fv.train_shards,
+        validation_shards=fv.validation_shards, test_shards=fv.test_shards, num_workers=fv.num_workers,
+        overwrite=fv.overwrite, apply_exif_orientation=fv.exif_orientation)
+    print(format_summary(summary))
+    if upload:
+      upload_outputs(fv.local_scratch_dir, fv.gcs_output_path, fv.overwrite)
+      print(f'Uploaded to {fv.gcs_output_path}')
+  except (ValueError, FileExistsError) as e:  # Input or output problems: a message, not a traceback.
+    raise SystemExit(f'error: {e}') from e
+
+
+def run_main() -> None:
+  define_flags()
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run_main()
