@@ -3,6 +3,8 @@
 Tiny inputs (32-64 px, batch 1-2) keep the module fast on a couple of CPU cores; ImageNet-size shapes are checked
 symbolically (a functional model with a static image size computes no activations).
 """
+import functools
+
 import numpy as np
 import pytest
 
@@ -38,10 +40,16 @@ def _copy_by_tf1_name(source: keras.Model, target: keras.Model) -> None:
     var.assign(src[name])
 
 
-@pytest.fixture(scope='module', params=DEPTHS)
-def model_1000(request):
-  """Every depth with the ImageNet head and dynamic spatial size; built once per depth."""
-  return request.param, rm.resnet(request.param, 1000)
+@functools.lru_cache(maxsize=None)
+def _model_1000(depth: int) -> keras.Model:
+  """Each depth with the ImageNet head and dynamic spatial size, built once for the whole module."""
+  return rm.resnet(depth, 1000)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _release_models():
+  yield
+  _model_1000.cache_clear()
 
 
 @pytest.fixture(scope='module')
@@ -58,8 +66,9 @@ def resnet18_small():
 # --- shapes -----------------------------------------------------------------------------------------------------
 
 
-def test_every_depth_gives_float32_logits_of_shape_batch_by_classes(model_1000):
-  _, model = model_1000
+@pytest.mark.parametrize('depth', DEPTHS)
+def test_every_depth_gives_float32_logits_of_shape_batch_by_classes(depth):
+  model = _model_1000(depth)
   logits = model(_images(2, 32), training=False)
   assert logits.shape == (2, 1000)
   assert logits.dtype == tf.float32
@@ -125,10 +134,9 @@ def test_unsupported_depth_raises_value_error_listing_supported_depths():
     rm.count_params(26)
 
 
-def test_last_bn_gamma_of_each_block_is_zero(model_1000):
-  depth, model = model_1000
-  if depth not in (18, 50):
-    pytest.skip('exact index lists are spelled out for 18 and 50')
+@pytest.mark.parametrize('depth', [18, 50])
+def test_last_bn_gamma_of_each_block_is_zero(depth):
+  model = _model_1000(depth)
   expected = {18: [3, 5, 8, 10, 13, 15, 18, 20],
               50: [4, 7, 10, 14, 17, 20, 23, 27, 30, 33, 36, 39, 42, 46, 49, 52]}[depth]
   names = rm.tf1_variable_map(model)
@@ -138,10 +146,8 @@ def test_last_bn_gamma_of_each_block_is_zero(model_1000):
     assert np.all(gamma == (0.0 if i in expected else 1.0)), i
 
 
-def test_initializers_match_the_reference(model_1000):
-  depth, model = model_1000
-  if depth != 50:
-    pytest.skip('one depth is enough')
+def test_initializers_match_the_reference():
+  model = _model_1000(50)
   conv = model.get_layer('conv2d_11')
   init = conv.kernel_initializer
   assert isinstance(init, keras.initializers.VarianceScaling)
@@ -192,8 +198,9 @@ def _expected_params(depth: int, num_classes: int) -> tuple[int, int]:
   return trainable, trainable + stats
 
 
-def test_parameter_counts_match_an_independent_formula(model_1000):
-  depth, model = model_1000
+@pytest.mark.parametrize('depth', DEPTHS)
+def test_parameter_counts_match_an_independent_formula(depth):
+  model = _model_1000(depth)
   trainable, total = _expected_params(depth, 1000)
   assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == trainable
   assert model.count_params() == total
@@ -207,10 +214,9 @@ PUBLISHED_TRAINABLE = {18: 11_689_512 + 4_224, 34: 21_797_672 + 4_224, 50: 25_55
                        152: 60_192_808}
 
 
-def test_parameter_counts_match_published_numbers(model_1000):
-  depth, model = model_1000
-  if depth not in PUBLISHED_TRAINABLE:
-    pytest.skip('no widely published count for this depth')
+@pytest.mark.parametrize('depth', sorted(PUBLISHED_TRAINABLE))
+def test_parameter_counts_match_published_numbers(depth):
+  model = _model_1000(depth)
   assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == PUBLISHED_TRAINABLE[depth]
   if depth == 50:
     assert model.count_params() == 25_557_032 + 2 * 26_560  # + moving mean/variance of 26,560 BN channels
@@ -219,10 +225,8 @@ def test_parameter_counts_match_published_numbers(model_1000):
 # --- TF1 names, weight decay ------------------------------------------------------------------------------------
 
 
-def test_tf1_variable_map_covers_every_resnet50_variable_once_with_reference_shapes(model_1000):
-  depth, model = model_1000
-  if depth != 50:
-    pytest.skip('the reference table is for ResNet-50')
+def test_tf1_variable_map_covers_every_resnet50_variable_once_with_reference_shapes():
+  model = _model_1000(50)
   names = rm.tf1_variable_map(model)
   assert len(names) == 267 == len(model.weights)
   assert sorted(id(v) for v in names.values()) == sorted(id(v) for v in model.weights)
@@ -260,10 +264,8 @@ def test_tf1_variable_map_covers_every_resnet50_variable_once_with_reference_sha
     assert tuple(names[name].shape) == (conv.kernel, conv.kernel, conv.cin, conv.cout)
 
 
-def test_weight_decay_covers_conv_kernels_and_the_whole_dense_layer_but_no_batch_norm(model_1000):
-  depth, model = model_1000
-  if depth != 50:
-    pytest.skip('one depth is enough')
+def test_weight_decay_covers_conv_kernels_and_the_whole_dense_layer_but_no_batch_norm():
+  model = _model_1000(50)
   decayed = rm.weight_decay_variables(model)
   names = {id(v): n for n, v in rm.tf1_variable_map(model).items()}
   decayed_names = [names[id(v)] for v in decayed]
@@ -346,6 +348,16 @@ def test_dropblock_changes_outputs_in_training_but_not_in_inference():
   np.testing.assert_allclose(dropped(images, training=True), reference, rtol=1e-4, atol=1e-4)
 
 
+def test_head_dropout_is_training_only_and_adds_no_tf1_weight():
+  model = rm.resnet(18, 10, dropout_rate=0.5)
+  assert isinstance(model.get_layer('dropout'), keras.layers.Dropout)
+  assert len(rm.tf1_variable_map(model)) == len(model.weights)
+  images = _images(2, 32)
+  np.testing.assert_array_equal(model(images, training=False), model(images, training=False))
+  model.get_layer('dense').kernel.assign(np.ones((512, 10), np.float32))  # make the head see every feature
+  assert np.abs(model(images, training=True).numpy() - model(images, training=True).numpy()).max() > 0
+
+
 def test_dropblock_group_keep_prob_and_schedule():
   assert rm.group_keep_prob(0.9, 4) == pytest.approx(0.9)
   assert rm.group_keep_prob(0.9, 3) == pytest.approx(1 - 0.1 / 4)
@@ -362,6 +374,32 @@ def test_dropblock_rejects_bad_settings():
     rm.resnet(50, 10, dropblock_groups=(5,), dropblock_keep_prob=0.9)
   with pytest.raises(ValueError, match='bottleneck'):
     rm.resnet(18, 10, dropblock_groups=(4,), dropblock_keep_prob=0.9)
+
+
+def test_projection_shortcut_is_created_first_and_takes_the_block_input():
+  model = _model_1000(50)
+  assert model.get_layer('conv2d_1').input is model.get_layer('initial_max_pool').output
+  assert model.get_layer('conv2d_2').input is model.get_layer('initial_max_pool').output
+  assert model.get_layer('conv2d_11').input is model.get_layer('block_group1_block3_out').output
+  assert model.get_layer('conv2d_11').strides == (2, 2) and model.get_layer('conv2d_12').strides == (1, 1)
+  assert model.get_layer('conv2d_13').strides == (2, 2)  # v1.5: the stride sits on the 3x3
+
+
+def test_pre_activation_v2_wiring():
+  model = rm.resnet(50, 10, pre_activation=True)
+  names = rm.tf1_variable_map(model)
+  # No stem BN: the first BN is block 1's pre-activation, and the projection reads its (ReLU'd) output.
+  assert model.get_layer('initial_max_pool').input is model.get_layer('conv2d').output
+  assert model.get_layer('conv2d_1').input is model.get_layer('batch_normalization_relu').output
+  assert model.get_layer('conv2d_2').input is model.get_layer('batch_normalization_relu').output
+  bn_widths = [names[f'batch_normalization{f"_{i}" if i else ""}/gamma'].shape[0] for i in range(49)]
+  assert bn_widths[:7] == [64, 64, 64, 256, 64, 64, 256]
+  assert bn_widths[-1] == 2048  # final BN-ReLU after group 4
+  assert model.get_layer('final_avg_pool').input is model.get_layer('batch_normalization_48_relu').output
+  assert isinstance(model.get_layer('block_group1_block1_add'), keras.layers.Add)
+  with pytest.raises(ValueError):
+    model.get_layer('block_group1_block1_out')  # v2 blocks end without a ReLU
+  assert bn_widths == rm.bn_channels(50, pre_activation=True)
 
 
 @pytest.mark.parametrize('depth,num_bn', [(18, 17), (50, 49)])
