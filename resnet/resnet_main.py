@@ -14,6 +14,7 @@ if __package__ in (None, ''):  # `python resnet/resnet_main.py` from anywhere: i
   _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != os.path.dirname(os.path.abspath(__file__))]
   sys.path.insert(0, _ROOT)
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')  # hide TensorFlow's C++ start-up banner; absl logs stay
 
 from typing import Any, Dict, List, Optional  # pylint: disable=g-import-not-at-top
 
@@ -45,12 +46,12 @@ def make_runner(params: params_dict.ParamsDict, strategy: tf.distribute.Strategy
   return runner_lib.Runner(resnet_model_fn.resnet_model_fn, config, params.as_dict(), strategy)
 
 
-def make_hooks(params: params_dict.ParamsDict) -> List[hooks_lib.LoopHook]:
+def make_hooks(params: params_dict.ParamsDict, runner: runner_lib.Runner) -> List[hooks_lib.LoopHook]:
   from resnet import profiler_hook  # pylint: disable=g-import-not-at-top
   hooks: List[hooks_lib.LoopHook] = [hooks_lib.InputSkipLogger()]
   if params.stop_on_nan:
     hooks.append(hooks_lib.NanGuard())
-  profiler = profiler_hook.make_profiler_hook(params)
+  profiler = profiler_hook.make_profiler_hook(params) if runner.is_chief else None
   if profiler is not None:
     hooks.append(profiler)
   return hooks
@@ -211,16 +212,24 @@ def main(argv) -> None:
     from resnet import profiler_hook  # pylint: disable=g-import-not-at-top
     profiler_hook.start_profiler_server(params.profiler_port)
   mode = FLAGS.mode
-  if mode == 'train':
-    train(runner, params, make_hooks(params))
-  elif mode == 'train_and_eval':
-    train_and_eval(runner, params, make_hooks(params))
-  elif mode == 'eval':
-    evaluate(runner, params)
-  elif mode == 'predict':
-    predict(runner, params)
-  else:
-    raise app.UsageError(f'Unknown --mode={mode}: use train, eval, train_and_eval or predict.')
+  try:
+    if mode == 'train':
+      train(runner, params, make_hooks(params, runner))
+    elif mode == 'train_and_eval':
+      train_and_eval(runner, params, make_hooks(params, runner))
+    elif mode == 'eval':
+      evaluate(runner, params)
+    elif mode == 'predict':
+      predict(runner, params)
+    else:
+      raise app.UsageError(f'Unknown --mode={mode}: use train, eval, train_and_eval or predict.')
+  except runner_lib.TrainingInterrupted as e:  # SIGTERM/SIGINT: a checkpoint was saved; a clean exit
+    logging.warning('%s', e)
+    print(e)
+    return
+  except (hooks_lib.NonFiniteLossError, runner_lib.NoCheckpointError) as e:
+    logging.error('%s', e)
+    sys.exit(f'error: {e}')
   if mode in ('train', 'train_and_eval'):
     _print_profile_verdict(params)
   print(f'TensorBoard logs: tensorboard --logdir {params.model_dir}')
@@ -231,8 +240,8 @@ def _print_profile_verdict(params: params_dict.ParamsDict) -> None:
     return
   from resnet import profile_analysis  # pylint: disable=g-import-not-at-top
   try:
-    print(profile_analysis.format_report(profile_analysis.analyze(params.model_dir)))
-  except Exception as e:  # pylint: disable=broad-except
+    print(profile_analysis.format_report(profile_analysis.analyze_profile(params.model_dir)))
+  except profile_analysis.ProfileAnalysisError as e:
     logging.warning('Could not analyse the captured profile: %s', e)
 
 

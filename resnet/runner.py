@@ -161,6 +161,7 @@ class Runner:
     self._manager: Optional[tf.train.CheckpointManager] = None
     self._manager_keys: Tuple[str, ...] = ()
     self._train_fn = None
+    self._train_step_fn = None
     self._train_iterator = None
     self._train_input_fn = None
     self._eval_step = None
@@ -285,7 +286,16 @@ class Runner:
         self.global_step.assign_add(1)
       return loss_sum / tf.maximum(done, 1.0), scalars
 
-    return tf.function(loop_fn, jit_compile=self.config.jit_compile or None)
+    def single_step_fn(iterator):
+      # No tf.range: profile tools group a while loop by iteration and would find no marked steps.
+      loss, step_scalars = strategy.run(step_fn, args=(next(iterator),))
+      self.global_step.assign_add(1)
+      return (tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None), tf.float32),
+              {k: tf.cast(strategy.reduce(tf.distribute.ReduceOp.MEAN, step_scalars[k], axis=None), tf.float32)
+               for k in scalar_keys})
+
+    jit = self.config.jit_compile or None
+    return tf.function(loop_fn, jit_compile=jit), tf.function(single_step_fn, jit_compile=jit)
 
   def _next_checkpoint_step(self, step: int) -> int:
     every = self.config.save_checkpoints_steps
@@ -306,7 +316,7 @@ class Runner:
       self._train_iterator = iter(self._distribute(input_fn, ModeKeys.TRAIN))
       self._train_input_fn = input_fn
     if self._train_fn is None:
-      self._train_fn = self._make_train_fn(self._train_iterator)
+      self._train_fn, self._train_step_fn = self._make_train_fn(self._train_iterator)
     logs: Dict[str, float] = {}
     start_step, start_time = step, time.time()
     self._stop_requested.assign(False)
@@ -352,7 +362,10 @@ class Runner:
       try:
         with (tf.profiler.experimental.Trace('train', step_num=step, _r=1) if markers
               else contextlib.nullcontext()):
-          loss, scalars = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64))
+          if num_steps == 1:  # hooks ask for 1-step loops to mark steps (profiling)
+            loss, scalars = self._train_step_fn(self._train_iterator)
+          else:
+            loss, scalars = self._train_fn(self._train_iterator, tf.constant(num_steps, tf.int64))
           result['out'] = float(loss), {k: float(v) for k, v in scalars.items()}
       except BaseException as e:  # pylint: disable=broad-except
         result['error'] = e
