@@ -30,6 +30,7 @@ setup(
             "resnet-main=resnet.resnet_main:run_main",
             "resnet-convert=tools.imagenet_to_gcs:run_main",
             "resnet-fake-imagenet=tools.make_fake_imagenet:run_main",
+            "resnet-demo-dataset=tools.make_demo_dataset:run_main",
             "resnet-demo=tools.demo:run_main",
             "resnet-input-benchmark=tools.input_benchmark:run_main",
             "resnet-train-benchmark=tools.train_benchmark:run_main",

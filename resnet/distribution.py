@@ -6,6 +6,7 @@ MirroredStrategy, a multi-worker TF_CONFIG -> MultiWorkerMirroredStrategy, else 
 """
 import json
 import os
+import socket
 from typing import List, Optional, Sequence
 
 from absl import logging
@@ -44,20 +45,42 @@ def _tpu_visible(tpu: Optional[str]) -> bool:
   return bool(tpu) or any(os.environ.get(v) for v in _TPU_ENV_VARS)
 
 
+_TPU_HELP = ('Check --tpu (a TPU name or grpc://host:8470), that the TPU is up and reachable from this host, or '
+             'run without a TPU (--strategy=auto --use_tpu=false).')
+TPU_CONNECT_TIMEOUT_S = 10.0
+
+
+def _check_grpc_reachable(address: str, timeout: float = TPU_CONNECT_TIMEOUT_S) -> None:
+  """Fails fast when a ``grpc://host:port`` TPU address does not accept TCP connections.
+
+  TF's own connect (experimental_connect_to_cluster / initialize_tpu_system) retries a dead address for
+  minutes without a word; a plain TCP connect answers in milliseconds (refused) or ``timeout`` seconds.
+  """
+  for entry in address.split(','):
+    entry = entry.strip()
+    if not entry.startswith('grpc://'):
+      continue
+    host, _, port = entry[len('grpc://'):].rstrip('/').rpartition(':')
+    try:
+      with socket.create_connection((host.strip('[]'), int(port)), timeout=timeout):
+        pass
+    except (OSError, ValueError) as e:
+      raise RuntimeError(f'Could not reach the TPU {address!r}: TCP connect to {entry} failed within '
+                         f'{timeout:g} s ({e}). {_TPU_HELP}') from e
+
+
 def _tpu_strategy(tpu: Optional[str]) -> tf.distribute.Strategy:
   address = tpu or os.environ.get('TPU_NAME') or ''
   if not address and os.environ.get('COLAB_TPU_ADDR'):
     address = 'grpc://' + os.environ['COLAB_TPU_ADDR']
+  _check_grpc_reachable(address)
   try:
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=address)
     if address not in ('', 'local'):
       tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
   except (ValueError, tf.errors.OpError, RuntimeError) as e:
-    raise RuntimeError(
-        f'Could not reach the TPU {address or "(local)"!r}: {e}. Check --tpu (a TPU name or '
-        f'grpc://host:8470), that the TPU is up and reachable from this host, or run without a TPU '
-        f'(--strategy=auto --use_tpu=false).') from e
+    raise RuntimeError(f'Could not reach the TPU {address or "(local)"!r}: {e}. {_TPU_HELP}') from e
   return tf.distribute.TPUStrategy(resolver)
 
 
@@ -66,7 +89,9 @@ def get_strategy(name: str = 'auto', tpu: Optional[str] = None, use_tpu: bool = 
   """Returns the tf.distribute strategy for ``name`` (one of STRATEGIES)."""
   if name not in STRATEGIES:
     raise ValueError(f'Unknown strategy {name!r}; choose one of {", ".join(STRATEGIES)}.')
-  gpus = tf.config.list_logical_devices('GPU')
+  # Physical, not logical: listing logical devices initialises TF's context, after which
+  # MultiWorkerMirroredStrategy fails ('Collective ops must be configured at program startup').
+  gpus = tf.config.list_physical_devices('GPU')
   if name == 'auto':
     if use_tpu or _tpu_visible(tpu):
       name = 'tpu'

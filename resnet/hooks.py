@@ -68,4 +68,5 @@ class CounterLogger(LoopHook):
     if value != self.last:
       logging.warning('%d %s so far (step %d).', value, self.what, step)
       self.last = value
-    logs[self.what.replace(' ', '_')] = float(value)
+    if value:
+      logs[self.what.replace(' ', '_')] = float(value)

@@ -7,6 +7,7 @@ flags -> params (defaults < --config_file < --param_overrides < explicit flags; 
 model_dir/params.yaml) -> strategy -> Runner(resnet_model_fn) -> the mode's few lines below.
 """
 import csv
+import logging as py_logging
 import os
 import sys
 
@@ -46,9 +47,11 @@ def make_runner(params: params_dict.ParamsDict, strategy: tf.distribute.Strategy
   return runner_lib.Runner(resnet_model_fn.resnet_model_fn, config, params.as_dict(), strategy)
 
 
-def make_hooks(params: params_dict.ParamsDict, runner: runner_lib.Runner) -> List[hooks_lib.LoopHook]:
+def make_hooks(params: params_dict.ParamsDict, runner: runner_lib.Runner,
+               train_source: imagenet_input.ImageNetInput) -> List[hooks_lib.LoopHook]:
   from resnet import profiler_hook  # pylint: disable=g-import-not-at-top
-  hooks: List[hooks_lib.LoopHook] = [hooks_lib.InputSkipLogger()]
+  hooks: List[hooks_lib.LoopHook] = [
+      hooks_lib.CounterLogger('corrupt records skipped', lambda: train_source.skipped_records)]
   if params.stop_on_nan:
     hooks.append(hooks_lib.NanGuard())
   profiler = profiler_hook.make_profiler_hook(params) if runner.is_chief else None
@@ -57,8 +60,8 @@ def make_hooks(params: params_dict.ParamsDict, runner: runner_lib.Runner) -> Lis
   return hooks
 
 
-def input_fn(params: params_dict.ParamsDict, split: str):
-  return imagenet_input.ImageNetInput.from_params(params, split=split).input_fn
+def input_source(params: params_dict.ParamsDict, split: str) -> imagenet_input.ImageNetInput:
+  return imagenet_input.ImageNetInput.from_params(params, split=split)
 
 
 def save_params(params: params_dict.ParamsDict, runner: runner_lib.Runner) -> None:
@@ -88,27 +91,31 @@ def export(runner: runner_lib.Runner, params: params_dict.ParamsDict) -> Optiona
 
 
 # ------------------------------------------------------------------------------------------------ modes
-def train(runner, params, hooks) -> None:
+def train(runner, params) -> None:
   warm_start_if_new(runner, params)
-  runner.train(input_fn(params, 'train'), max_steps=params.train_steps, hooks=hooks)
+  source = input_source(params, 'train')
+  runner.train(source.input_fn, max_steps=params.train_steps, hooks=make_hooks(params, runner, source))
   export(runner, params)
 
 
-def train_and_eval(runner, params, hooks) -> None:
+def train_and_eval(runner, params) -> None:
+  """Alternates steps_per_eval training steps and a full evaluation; the model and train input are built once."""
   warm_start_if_new(runner, params)
-  train_input, eval_input = input_fn(params, 'train'), input_fn(params, 'validation')
+  source = input_source(params, 'train')
+  hooks = make_hooks(params, runner, source)
+  train_input, eval_input = source.input_fn, input_source(params, 'validation').input_fn
   runner.build(runner_lib.ModeKeys.TRAIN)
   runner.restore()
   step = int(runner.global_step.numpy())
   while step < params.train_steps:
     step = min(step + params.steps_per_eval, params.train_steps)
-    runner.train(train_input, max_steps=step, hooks=hooks)
+    runner.train(train_input, max_steps=step, hooks=hooks, total_steps=params.train_steps)
     runner.evaluate(eval_input)
   export(runner, params)
 
 
 def evaluate(runner, params) -> None:
-  eval_input = input_fn(params, 'validation')
+  eval_input = input_source(params, 'validation').input_fn
   if FLAGS.eval_checkpoint:  # one-shot
     runner.evaluate(eval_input, checkpoint_path=_resolve_checkpoint(FLAGS.eval_checkpoint))
     return
@@ -195,8 +202,24 @@ def _name(names: List[str], class_id: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ main
+class _LibraryInfoFilter(py_logging.Filter):
+  """Drops INFO records logged from inside TensorFlow/Keras (saver timings, export notes): noise to users."""
+
+  _DIR = os.path.dirname(tf.__file__)
+  _PREFIXES = tuple({_DIR + os.sep, os.path.realpath(_DIR) + os.sep})
+
+  def filter(self, record: py_logging.LogRecord) -> bool:
+    return record.levelno > py_logging.INFO or not record.pathname.startswith(self._PREFIXES)
+
+
+def quiet_library_info_logs() -> None:
+  logging.get_absl_handler().addFilter(_LibraryInfoFilter())
+  py_logging.getLogger('tensorflow').setLevel(py_logging.WARNING)
+
+
 def main(argv) -> None:
   del argv
+  quiet_library_info_logs()
   distribution.configure_cluster(FLAGS.worker_hosts, FLAGS.task_index)
   params = resnet_flags.params_from_flags(FLAGS)
   if FLAGS.dump_params:
@@ -214,9 +237,9 @@ def main(argv) -> None:
   mode = FLAGS.mode
   try:
     if mode == 'train':
-      train(runner, params, make_hooks(params, runner))
+      train(runner, params)
     elif mode == 'train_and_eval':
-      train_and_eval(runner, params, make_hooks(params, runner))
+      train_and_eval(runner, params)
     elif mode == 'eval':
       evaluate(runner, params)
     elif mode == 'predict':

@@ -301,9 +301,13 @@ class Runner:
     every = self.config.save_checkpoints_steps
     return (step // every + 1) * every
 
-  def train(self, input_fn: Callable, max_steps: int,
-            hooks: Sequence[hooks_lib.LoopHook] = ()) -> Dict[str, float]:
-    """Trains until the global step reaches ``max_steps``, resuming from model_dir's latest checkpoint."""
+  def train(self, input_fn: Callable, max_steps: int, hooks: Sequence[hooks_lib.LoopHook] = (),
+            total_steps: Optional[int] = None) -> Dict[str, float]:
+    """Trains until the global step reaches ``max_steps``, resuming from model_dir's latest checkpoint.
+
+    ``total_steps`` (default max_steps) is what the progress line counts towards, e.g. train_steps while
+    train_and_eval trains in chunks.
+    """
     self.build(ModeKeys.TRAIN)
     if not self._restored:
       self.restore()
@@ -343,7 +347,7 @@ class Runner:
         if not self.config.skip_host_call:
           self.write_scalars('train', step, logs)
         if self.config.log_every_loop:
-          self._log_progress(step, max_steps, start_step, start_time, logs)
+          self._log_progress(step, max_steps, total_steps or max_steps, start_step, start_time, logs)
         if step % self.config.save_checkpoints_steps == 0 or step >= max_steps or self.stop_requested:
           self.save()
         if self.stop_requested:
@@ -422,14 +426,14 @@ class Runner:
     logging.info('Saved checkpoint %s', path)
     return path
 
-  def _log_progress(self, step: int, max_steps: int, start_step: int, start_time: float,
+  def _log_progress(self, step: int, max_steps: int, total_steps: int, start_step: int, start_time: float,
                     logs: Mapping[str, float]) -> None:
     elapsed = time.time() - start_time
     done = step - start_step
-    eta = elapsed / done * (max_steps - step) if done else float('nan')
+    eta = elapsed / done * (total_steps - step) if done else float('nan')
     extras = ''.join(f' {k}={v:.4g}' for k, v in logs.items()
                      if k not in ('loss', 'learning_rate', 'images_per_sec', 'steps_per_sec'))
-    logging.info('step %d/%d loss=%.4f lr=%.4g %.1f img/s ETA %s%s', step, max_steps, logs['loss'],
+    logging.info('step %d/%d loss=%.4f lr=%.4g %.1f img/s ETA %s%s', step, total_steps, logs['loss'],
                  logs.get('learning_rate', float('nan')), logs['images_per_sec'], _format_seconds(eta), extras)
 
   # ------------------------------------------------------------------------------------------------ evaluate

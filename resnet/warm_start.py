@@ -1,0 +1,242 @@
+"""Warm start (``--resnet_checkpoint``): copy model weights from a checkpoint into a freshly built ResNet.
+
+Two sources are understood:
+- ``tf2``: a checkpoint of this application (``tf.train.Checkpoint(global_step=, model=, optimizer=)``).
+- ``tf1``: a name-based checkpoint of the reference TPU ResNet (``conv2d/kernel``,
+  ``batch_normalization_52/moving_variance``, ``dense/bias``; an outer scope such as ``resnet50/`` is stripped).
+
+What is copied: every model weight whose shape matches, BN moving statistics included (the reference's
+``WarmStartSettings`` pitfall: trainable-only regexes lose them). What is not: the global step, optimizer slots
+(``Momentum``), ``ExponentialMovingAverage`` shadows, and any variable whose shape differs -- normally the classifier
+head when the class count changes -- which is skipped and named in the log. A checkpoint where nothing matches is an
+error, never a silent no-op (a typo'd path must not train from scratch unnoticed).
+
+Mapping tf2 checkpoint keys to variables. Keras 3 keys are object-graph paths, not layer names, and the key of a
+variable is its *first* path in a breadth-first walk from the root: trainable weights are stored as
+``optimizer/_trainable_variables/<i>`` (shorter than ``model/_operations/<j>/_kernel``), only non-trainable ones
+(BN moving stats) under ``model/...``. So neither a ``model/`` prefix filter nor pairing with the keys of a
+throwaway ``tf.train.Checkpoint(model=model)`` (which has every key under ``model/``, sorted lexicographically)
+finds the trainable weights. Instead we walk the checkpoint's object graph (``_CHECKPOINTABLE_OBJECT_GRAPH``) from
+its ``model`` node and the live model in step, following the same named edges (``_operations`` -> ``3`` ->
+``_kernel``) with ``tf.train.TrackableView``; a graph node carrying a ``VARIABLE_VALUE`` attribute then pairs its
+checkpoint key with the live variable. This is how ``tf.train.Checkpoint.restore`` itself matches objects, it does
+not depend on key spelling or sort order, and it never reaches the optimizer or the global step (they are not
+below ``model``). Unlike ``restore``, a shape mismatch is skipped rather than raised.
+"""
+import collections
+import dataclasses
+import os
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from resnet import resnet_model
+
+OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
+MODEL_NODE = 'model'
+MAX_LISTED = 6
+
+Shape = Tuple[int, ...]
+# A reference (TF1) model variable, possibly under outer scopes: '<scopes/>conv2d_7/kernel'.
+_TF1_LEAF = re.compile(r'(?:^|/)((?:conv2d|batch_normalization|dense)(?:_\d+)?/'
+                       r'(?:kernel|bias|gamma|beta|moving_mean|moving_variance))$')
+_DATA_SUFFIX = re.compile(r'\.data-\d{5}-of-\d{5}$')
+
+
+@dataclasses.dataclass
+class WarmStartSummary:
+  """What a warm start did; names are the model's TF1 names (``conv2d/kernel``)."""
+  restored: List[str]
+  skipped: List[Tuple[str, Shape, Shape]]   # (name, checkpoint shape, model shape)
+  missing: List[str]                         # model variables the checkpoint does not have
+  source_format: str                         # 'tf2' | 'tf1'
+  checkpoint: str = ''
+
+
+# ------------------------------------------------------------------------------------------------ paths
+def resolve_checkpoint(path: str) -> str:
+  """A checkpoint prefix from a prefix, a ``.index``/``.data-*`` file name, or a directory (its latest)."""
+  if tf.io.gfile.isdir(path):
+    return _latest_in_directory(path)
+  prefix = _DATA_SUFFIX.sub('', path)
+  for suffix in ('.index', '.meta'):
+    if prefix.endswith(suffix):
+      prefix = prefix[:-len(suffix)]
+  if not (tf.io.gfile.exists(prefix + '.index') or tf.io.gfile.exists(prefix)):
+    raise FileNotFoundError(f'Warm-start checkpoint {path} not found (no {prefix}.index). Pass a checkpoint '
+                            f'prefix such as model_dir/model.ckpt-1000, or a directory holding checkpoints.')
+  return prefix
+
+
+def _latest_in_directory(directory: str) -> str:
+  latest = tf.train.latest_checkpoint(directory)
+  if latest:
+    return latest
+  # Copied checkpoints often lack the 'checkpoint' state file: take the highest step among the *.index files.
+  indexes = tf.io.gfile.glob(os.path.join(directory, '*.index'))
+  if not indexes:
+    raise FileNotFoundError(f'No checkpoint found in directory {directory} (no "checkpoint" state file and no '
+                            f'*.index files).')
+  return max(indexes, key=lambda p: (_step_of(p[:-len('.index')]), p))[:-len('.index')]
+
+
+def _step_of(prefix: str) -> int:
+  match = re.search(r'-(\d+)$', prefix)
+  return int(match.group(1)) if match else -1
+
+
+# ------------------------------------------------------------------------------------------------ tf2 format
+def _object_graph(reader) -> Optional[trackable_object_graph_pb2.TrackableObjectGraph]:
+  if not reader.has_tensor(OBJECT_GRAPH_KEY):
+    return None
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
+  return graph
+
+
+def _model_node(graph: trackable_object_graph_pb2.TrackableObjectGraph) -> Optional[int]:
+  for child in graph.nodes[0].children:
+    if child.local_name == MODEL_NODE:
+      return child.node_id
+  return None
+
+
+def tf2_keys(graph: trackable_object_graph_pb2.TrackableObjectGraph, model_node: int,
+             model: keras.Model) -> Dict[int, str]:
+  """id(live variable) -> checkpoint key, by walking the checkpoint's object graph and the model in step."""
+  keys: Dict[int, str] = {}
+  queue = collections.deque([(model_node, model)])
+  seen = {model_node}
+  while queue:
+    node_id, obj = queue.popleft()
+    node = graph.nodes[node_id]
+    for attribute in node.attributes:
+      if attribute.name == 'VARIABLE_VALUE' and isinstance(obj, (keras.Variable, tf.Variable)):
+        keys.setdefault(id(obj), attribute.checkpoint_key)
+    if not node.children:
+      continue
+    live_children = tf.train.TrackableView(obj).children(obj)
+    for child in node.children:
+      if child.node_id not in seen and child.local_name in live_children:
+        seen.add(child.node_id)
+        queue.append((child.node_id, live_children[child.local_name]))
+  return keys
+
+
+# ------------------------------------------------------------------------------------------------ tf1 format
+def tf1_names(checkpoint_names: Sequence[str]) -> Dict[str, str]:
+  """Reference name (``conv2d/kernel``) -> checkpoint name, stripping the outer scope the names share.
+
+  Optimizer slots (``.../Momentum``), EMA shadows and ``global_step`` do not end in a layer variable and drop out.
+  When several scopes occur (a detection checkpoint with a backbone and heads), the most common one wins.
+  """
+  by_prefix: Dict[str, Dict[str, str]] = collections.defaultdict(dict)
+  for name in checkpoint_names:
+    match = _TF1_LEAF.search(name)
+    if match:
+      by_prefix[name[:match.start(1)]][match.group(1)] = name
+  if not by_prefix:
+    return {}
+  prefix = max(by_prefix, key=lambda p: (len(by_prefix[p]), -len(p)))
+  if len(by_prefix) > 1:
+    logging.info('Warm start: checkpoint variables sit under several scopes %s; using %r.',
+                 sorted(by_prefix), prefix)
+  return by_prefix[prefix]
+
+
+# ------------------------------------------------------------------------------------------------ main
+def warm_start(model: keras.Model, checkpoint: str) -> WarmStartSummary:
+  """Assigns matching checkpoint values to ``model``'s weights (built model; the caller picks the scope)."""
+  path = resolve_checkpoint(checkpoint)
+  reader = tf.train.load_checkpoint(path)
+  shapes = reader.get_variable_to_shape_map()
+  variables = resnet_model.tf1_variable_map(model)   # TF1 name -> variable, creation order
+  graph = _object_graph(reader)
+  model_node = _model_node(graph) if graph is not None else None
+  if model_node is not None:
+    source_format = 'tf2'
+    by_id = tf2_keys(graph, model_node, model)
+    keys = {name: by_id[id(v)] for name, v in variables.items() if id(v) in by_id}
+  else:
+    source_format = 'tf1'
+    keys = tf1_names(list(shapes))
+  summary = WarmStartSummary([], [], [], source_format, path)
+  for name, variable in variables.items():
+    key = keys.get(name)
+    if key is None or key not in shapes:
+      summary.missing.append(name)
+      continue
+    ckpt_shape, model_shape = tuple(shapes[key]), tuple(variable.shape)
+    if ckpt_shape != model_shape:
+      summary.skipped.append((name, ckpt_shape, model_shape))
+      continue
+    variable.assign(np.asarray(reader.get_tensor(key)).astype(_numpy_dtype(variable)))
+    summary.restored.append(name)
+  if not summary.restored:
+    raise ValueError(_nothing_matches(path, shapes, variables, summary, graph, model_node))
+  _log(summary, len(variables))
+  return summary
+
+
+def _numpy_dtype(variable) -> np.dtype:
+  return tf.as_dtype(variable.dtype).as_numpy_dtype
+
+
+# ------------------------------------------------------------------------------------------------ messages
+def _fmt_shape(shape: Sequence[int]) -> str:
+  return '[' + ','.join(str(d) for d in shape) + ']'
+
+
+def _listed(items: Sequence[str], limit: int = MAX_LISTED) -> str:
+  shown = ', '.join(items[:limit])
+  return shown + (f', ... and {len(items) - limit} more' if len(items) > limit else '')
+
+
+def head_note(skipped: Sequence[Tuple[str, Shape, Shape]]) -> str:
+  """Explains a classifier-head mismatch: class counts, and the 1001 background-class convention if off by one."""
+  bias = [(c, m) for name, c, m in skipped if name == 'dense/bias']
+  if not bias:
+    return ''
+  ckpt_classes, model_classes = bias[0][0][-1], bias[0][1][-1]
+  note = f' (classifier head: checkpoint {ckpt_classes} classes, model {model_classes}; it starts fresh'
+  if abs(ckpt_classes - model_classes) == 1:
+    note += ('; off by one: 1001 = 1000 ImageNet classes + background class 0 in the reference\'s convention, '
+             'set num_label_classes to match the checkpoint to keep its head')
+  return note + ')'
+
+
+def _log(summary: WarmStartSummary, total: int) -> None:
+  skipped = [f'{n} {_fmt_shape(c)} vs {_fmt_shape(m)}' for n, c, m in summary.skipped]
+  line = (f'Warm start from {summary.checkpoint} ({summary.source_format}): restored {len(summary.restored)} of '
+          f'{total} variables; skipped {len(skipped)}' + (f': {_listed(skipped)}' if skipped else '')
+          + head_note(summary.skipped))
+  if summary.missing:
+    line += f'; missing from the checkpoint {len(summary.missing)}: {_listed(summary.missing)}'
+  logging.info('%s', line)
+  backbone = [n for n, _, _ in summary.skipped if not resnet_model.is_classifier_head(n)]
+  if backbone or len(summary.restored) < total // 2:
+    logging.warning('Warm start restored only %d of %d variables (%d backbone variables differ in shape): is %s '
+                    'a checkpoint of the same resnet_depth / pre_activation?', len(summary.restored), total,
+                    len(backbone), summary.checkpoint)
+
+
+def _nothing_matches(path: str, shapes: Mapping[str, Any], variables: Mapping[str, Any],
+                     summary: WarmStartSummary, graph, model_node: Optional[int]) -> str:
+  names = sorted(k for k in shapes if k != OBJECT_GRAPH_KEY)
+  expected = [f'{n} {_fmt_shape(v.shape)}' for n, v in list(variables.items())[:4]]
+  message = (f'Warm start from {path}: no checkpoint variable matches the model ({len(names)} checkpoint '
+             f'tensors, e.g. {_listed(names, 5)}; the model expects TF1 names such as {", ".join(expected)}, or a '
+             f'checkpoint of this application).')
+  if summary.skipped:
+    message += (f' {len(summary.skipped)} had the right name but another shape, e.g. '
+                f'{_listed([f"{n} {_fmt_shape(c)} vs {_fmt_shape(m)}" for n, c, m in summary.skipped], 3)}: '
+                f'a different resnet_depth?')
+  if graph is not None and model_node is None:
+    roots = [c.local_name for c in graph.nodes[0].children]
+    message += f' It is an object-based checkpoint whose root objects are {roots}, with no {MODEL_NODE!r}.'
+  return message
