@@ -230,7 +230,8 @@ def main(argv) -> None:
   logging.info('Effective params:\n%s', params_dict.params_to_yaml_string(params))
   strategy = distribution.get_strategy(params.strategy, tpu=params.tpu, use_tpu=params.use_tpu)
   runner = make_runner(params, strategy)
-  save_params(params, runner)
+  if FLAGS.mode in ('train', 'train_and_eval'):  # eval/predict read a run; they never rewrite its params
+    save_params(params, runner)
   if params.profiler_port:
     from resnet import profiler_hook  # pylint: disable=g-import-not-at-top
     profiler_hook.start_profiler_server(params.profiler_port)
@@ -255,7 +256,7 @@ def main(argv) -> None:
     sys.exit(f'error: {e}')
   if mode in ('train', 'train_and_eval'):
     _print_profile_verdict(params)
-  print(f'TensorBoard logs: tensorboard --logdir {params.model_dir}')
+    print(f'TensorBoard logs: tensorboard --logdir {params.model_dir}')
 
 
 def _print_profile_verdict(params: params_dict.ParamsDict) -> None:

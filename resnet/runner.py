@@ -11,11 +11,13 @@ TF2 needs persistent objects (model, optimizer) created outside the compiled ste
 ``model_fn(None, None, mode, params)`` eagerly inside the strategy scope: that call must create every object the
 mode needs and may return None. Later calls run inside the compiled step, on real features, in replica context.
 """
+import atexit
 import contextlib
 import dataclasses
 import json
 import math
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -201,12 +203,14 @@ class Runner:
   def checkpoint_manager(self) -> tf.train.CheckpointManager:
     keys = tuple(sorted(self.scope.objects))
     if self._manager is None or keys != self._manager_keys:
-      directory = self.model_dir
+      directory, max_to_keep = self.model_dir, self.config.keep_checkpoint_max
       if not self.is_chief:
-        # Every worker must take part in saving (sync-on-read variables), but only the chief's files count.
-        directory = tempfile.mkdtemp(prefix='resnet-worker-ckpt-')
+        # Every worker must take part in saving (sync-on-read variables), but only the chief's files count:
+        # keep one throw-away copy (as orbit does) and delete it at exit, or every run leaves full checkpoints.
+        directory, max_to_keep = tempfile.mkdtemp(prefix='resnet-worker-ckpt-'), 1
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
       self._manager = tf.train.CheckpointManager(
-          self.checkpoint(), directory, max_to_keep=self.config.keep_checkpoint_max,
+          self.checkpoint(), directory, max_to_keep=max_to_keep,
           checkpoint_name='model.ckpt', step_counter=self.global_step)
       self._manager_keys = keys
     return self._manager
