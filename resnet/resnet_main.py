@@ -34,6 +34,7 @@ from resnet import runner as runner_lib
 
 FLAGS = flags.FLAGS
 resnet_flags.define_flags()
+flags.adopt_module_key_flags(resnet_flags)  # so that --help lists them, not only --helpfull
 
 
 # ------------------------------------------------------------------------------------------------ set-up

@@ -1,0 +1,151 @@
+"""End-to-end CLI tests: resnet_main in subprocesses on a tiny converted dataset, as a user runs it."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from resnet import resnet_model_fn
+from resnet import runner as runner_lib
+from params import params_dict
+from params import resnet_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ['--resnet_depth=18', '--image_size=32', '--num_label_classes=4', '--precision=float32',
+        '--train_batch_size=8', '--eval_batch_size=8', '--predict_batch_size=8', '--iterations_per_loop=3',
+        '--param_overrides=lr_schedule=cosine,base_learning_rate=0.2']
+
+
+def run_main(*args, cwd=ROOT, module=True, timeout=300):
+  entry = ['-m', 'resnet.resnet_main'] if module else ['resnet/resnet_main.py']
+  proc = subprocess.run([sys.executable, *entry, *args], cwd=cwd, capture_output=True, text=True,
+                        timeout=timeout, env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'})
+  return proc
+
+
+@pytest.fixture(scope='module')
+def records(tmp_path_factory):
+  from tools import imagenet_to_gcs, make_demo_dataset
+  root = tmp_path_factory.mktemp('data')
+  make_demo_dataset.make_demo_dataset(str(root / 'images'), num_classes=4, images_per_class=12,
+                                      image_size=(40, 56), seed=0)
+  imagenet_to_gcs.convert_dataset(str(root / 'images'), str(root / 'records'), num_workers=1, seed=0)
+  return str(root / 'records')
+
+
+@pytest.fixture(scope='module')
+def trained(records, tmp_path_factory):
+  """One train_and_eval run shared by the tests below: 6 steps in chunks of 3, with an export."""
+  model_dir = str(tmp_path_factory.mktemp('run'))
+  proc = run_main('--mode=train_and_eval', f'--data_dir={records}', f'--model_dir={model_dir}',
+                  '--train_steps=6', '--steps_per_eval=3', '--num_train_images=32', '--num_eval_images=4',
+                  f'--export_dir={model_dir}/export', *TINY, module=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return model_dir, proc.stderr + proc.stdout
+
+
+def test_help_lists_the_reference_and_seed_flags():
+  proc = run_main('--help', module=False)
+  assert proc.returncode in (0, 1), proc.stderr[-2000:]  # absl exits 1 after --help
+  for flag in ('--tpu', '--use_tpu', '--data_dir', '--model_dir', '--mode', '--train_steps', '--iterations_per_loop',
+               '--param_overrides', '--params_override', '--config_file', '--resnet_checkpoint',
+               '--profile_every_n_steps', '--tpu_profile_duration', '--export_dir', '--predict_batch_size',
+               '--num_test_images', '--steps_per_eval', '--eval_timeout', '--strategy', '--dump_params'):
+    assert flag in proc.stdout or flag.replace('--', '--[no]') in proc.stdout, flag
+
+
+def test_train_and_eval_alternates_and_writes_eval_results(trained):
+  model_dir, log = trained
+  assert 'Eval at step 3 over' in log and 'Eval at step 6 over' in log
+  assert log.index('Eval at step 3') < log.index('step 6/6')  # evaluation between the two chunks
+  with open(os.path.join(model_dir, 'eval_results.json')) as f:
+    results = json.load(f)
+  assert results['global_step'] == 6
+  assert results['num_examples'] == 4  # the whole validation split (4 classes x 1 image), exactly once
+  assert set(results) >= {'top_1_accuracy', 'top_5_accuracy', 'loss'}
+  assert log.count('Built ResNet-18') == 1  # the model is built once, not per chunk
+  saved = params_dict.read_yaml_to_params_dict(os.path.join(model_dir, 'params.yaml'))
+  assert saved.train_steps == 6 and saved.lr_schedule == 'cosine' and saved.image_size == 32
+  assert os.listdir(os.path.join(model_dir, 'export'))
+
+
+def test_predict_writes_one_csv_row_per_requested_image(trained, records):
+  model_dir, _ = trained
+  output = os.path.join(model_dir, 'pred.csv')
+  proc = run_main('--mode=predict', f'--data_dir={records}', f'--model_dir={model_dir}', *TINY,
+                  '--num_test_images=3', f'--predict_output={output}')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(output) as f:
+    rows = list(csv.DictReader(f))
+  assert len(rows) == 3
+  names = open(os.path.join(records, 'labels.txt')).read().split()
+  for row in rows:
+    assert row['image'].endswith(('.jpg', '.png'))
+    assert row['true_class'] == names[int(row['true_label'])]
+    assert row['top1_class'] == names[int(row['top1_label'])]
+    probs = [float(row[f'top{i}_probability']) for i in range(1, 5)]
+    assert probs == sorted(probs, reverse=True) and sum(probs) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_predict_over_raw_image_files(trained, records, tmp_path):
+  model_dir, _ = trained
+  image_dir = os.path.join(os.path.dirname(records), 'images', 'circles')
+  output = str(tmp_path / 'files.csv')
+  proc = run_main('--mode=predict', f'--predict_input={image_dir}/*', f'--model_dir={model_dir}', *TINY,
+                  f'--labels_file={records}/labels.txt', f'--predict_output={output}')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(output) as f:
+    rows = list(csv.DictReader(f))
+  assert len(rows) == len(os.listdir(image_dir))
+  assert all(row['true_label'] == '' for row in rows)
+
+
+def test_one_shot_eval_of_a_given_checkpoint(trained, records):
+  model_dir, _ = trained
+  proc = run_main('--mode=eval', f'--data_dir={records}', f'--model_dir={model_dir}', *TINY,
+                  f'--eval_checkpoint={model_dir}/model.ckpt-3')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'Eval at step 3 over 4 examples' in proc.stderr
+
+
+def test_continuous_eval_stops_after_the_final_step(trained, records):
+  model_dir, _ = trained
+  proc = run_main('--mode=eval', f'--data_dir={records}', f'--model_dir={model_dir}', *TINY,
+                  '--train_steps=6', '--eval_timeout=5')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'Evaluated the final step 6' in proc.stderr
+
+
+def test_dump_params_shows_precedence_without_running(tmp_path):
+  config = tmp_path / 'c.yaml'
+  config.write_text('train_steps: 100\niterations_per_loop: 10\nbase_learning_rate: 1e-3\n')
+  proc = run_main(f'--config_file={config}', '--param_overrides=iterations_per_loop=5,train_steps=50',
+                  '--train_steps=7', '--dump_params')
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  dumped = params_dict.ParamsDict(resnet_config.RESNET_CFG)
+  params_dict.override_params_dict(dumped, proc.stdout, is_strict=True)
+  assert dumped.train_steps == 7 and dumped.iterations_per_loop == 5 and dumped.base_learning_rate == 1e-3
+
+
+def test_training_a_tiny_resnet_lowers_the_loss(tmp_path):
+  """resnet_model_fn through the runner on a learnable synthetic task (class = mean brightness)."""
+  params = dict(resnet_config.RESNET_CFG, resnet_depth=18, image_size=32, num_label_classes=2,
+                precision='float32', train_batch_size=16, train_steps=60, lr_schedule='cosine',
+                base_learning_rate=0.5, weight_decay=1e-4, num_train_images=1024)
+
+  def input_fn(p):
+    def make(i):
+      label = tf.cast(i % 2, tf.int32)
+      image = tf.random.stateless_uniform([32, 32, 3], [i, 0], 0, 128) + 127.0 * tf.cast(label, tf.float32)
+      return image, label
+    return tf.data.Dataset.range(1 << 20).map(make).batch(p['batch_size'], drop_remainder=True)
+
+  config = runner_lib.RunConfig(model_dir=str(tmp_path), train_batch_size=16, eval_batch_size=16,
+                                predict_batch_size=16, iterations_per_loop=10)
+  runner = runner_lib.Runner(resnet_model_fn.resnet_model_fn, config, params)
+  first = runner.train(input_fn, max_steps=10)['loss']
+  last = runner.train(input_fn, max_steps=60)['loss']
+  assert last < 0.6 * first, (first, last)
