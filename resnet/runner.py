@@ -61,8 +61,10 @@ class ObjectScope(tf.Module):
     super().__init__(name='scope')
     self._objects: Dict[str, Any] = {}
     self._creation_allowed = False
+    self.requested: set = set()  # names asked for since the runner's last build call
 
   def get_or_create(self, name: str, factory: Callable[[], Any]) -> Any:
+    self.requested.add(name)
     if name not in self._objects:
       if not self._creation_allowed:
         raise RuntimeError(
@@ -160,6 +162,7 @@ class Runner:
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
       self.scope = ObjectScope()
     self._built_modes: set = set()
+    self._mode_objects: Dict[str, frozenset] = {}  # mode -> names of the scope objects its model_fn uses
     self._manager: Optional[tf.train.CheckpointManager] = None
     self._manager_keys: Tuple[str, ...] = ()
     self._train_fn = None
@@ -189,12 +192,14 @@ class Runner:
     if mode in self._built_modes:
       return
     self.scope._creation_allowed = True
+    self.scope.requested = set()
     try:
       with self.strategy.scope():
         self.model_fn(None, None, mode, self._params_for(mode, self._global_batch(mode)))
     finally:
       self.scope._creation_allowed = False
     self._built_modes.add(mode)
+    self._mode_objects[mode] = frozenset(self.scope.requested)
     self._manager = None  # the set of checkpointed objects may have grown
 
   def checkpoint(self) -> tf.train.Checkpoint:
@@ -551,7 +556,8 @@ class Runner:
       self.restore(path)
     params = self._params_for(ModeKeys.PREDICT, self.config.predict_batch_size)
     module = tf.Module()
-    module.objects = self.scope.objects
+    # Only what prediction uses (the model, not the optimizer and its slots: half the size for ResNet).
+    module.objects = {k: v for k, v in self.scope.objects.items() if k in self._mode_objects[ModeKeys.PREDICT]}
     signatures = {}
     for name, serving in serving_input_fns.items():
       fn = _serving_function(self.model_fn, serving, params)
@@ -566,8 +572,13 @@ class Runner:
     tf.io.gfile.makedirs(export_dir_base)
     if tf.io.gfile.exists(tmp_dir):
       tf.io.gfile.rmtree(tmp_dir)
-    tf.saved_model.save(module, tmp_dir, signatures=signatures)
-    tf.io.gfile.rename(tmp_dir, final_dir)
+    try:
+      tf.saved_model.save(module, tmp_dir, signatures=signatures)
+      tf.io.gfile.rename(tmp_dir, final_dir)
+    except Exception:
+      if tf.io.gfile.exists(tmp_dir):
+        tf.io.gfile.rmtree(tmp_dir)
+      raise
     logging.info('Exported SavedModel to %s (signatures: %s)', final_dir, ', '.join(signatures))
     return final_dir
 

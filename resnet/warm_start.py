@@ -63,6 +63,8 @@ def resolve_checkpoint(path: str) -> str:
   """A checkpoint prefix from a prefix, a ``.index``/``.data-*`` file name, or a directory (its latest)."""
   if tf.io.gfile.isdir(path):
     return _latest_in_directory(path)
+  if os.path.basename(path) == 'checkpoint':  # the CheckpointManager's state file: its directory was meant
+    return _latest_in_directory(os.path.dirname(path) or '.')
   prefix = _DATA_SUFFIX.sub('', path)
   for suffix in ('.index', '.meta'):
     if prefix.endswith(suffix):
@@ -212,11 +214,11 @@ def head_note(skipped: Sequence[Tuple[str, Shape, Shape]]) -> str:
 
 def _log(summary: WarmStartSummary, total: int) -> None:
   skipped = [f'{n} {_fmt_shape(c)} vs {_fmt_shape(m)}' for n, c, m in summary.skipped]
-  line = (f'Warm start from {summary.checkpoint} ({summary.source_format}): restored {len(summary.restored)} of '
-          f'{total} variables; skipped {len(skipped)}' + (f': {_listed(skipped)}' if skipped else '')
-          + head_note(summary.skipped))
+  line = (f'Warm start from {summary.checkpoint}: restored {len(summary.restored)} of {total} variables; '
+          f'skipped {len(skipped)}' + (f': {_listed(skipped)}' if skipped else '') + head_note(summary.skipped))
   if summary.missing:
     line += f'; missing from the checkpoint {len(summary.missing)}: {_listed(summary.missing)}'
+  line += f' [{summary.source_format} checkpoint; global step and optimizer slots not restored]'
   logging.info('%s', line)
   backbone = [n for n, _, _ in summary.skipped if not resnet_model.is_classifier_head(n)]
   if backbone or len(summary.restored) < total // 2:
