@@ -106,7 +106,7 @@ def train_and_eval(runner, params) -> None:
   hooks = make_hooks(params, runner, source)
   train_input, eval_input = source.input_fn, input_source(params, 'validation').input_fn
   runner.build(runner_lib.ModeKeys.TRAIN)
-  runner.restore()
+  runner.restore()  # resume: start counting chunks from the saved step
   step = int(runner.global_step.numpy())
   while step < params.train_steps:
     step = min(step + params.steps_per_eval, params.train_steps)
@@ -138,8 +138,7 @@ def predict(runner, params) -> str:
                                             dtype=resnet_model_fn.INPUT_DTYPES[params.precision])
   else:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
-    source = imagenet_input.ImageNetInput.from_params(params, split=split)
-    source.include_filename = True
+    source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True)
   output = FLAGS.predict_output or os.path.join(params.model_dir, 'predictions.csv')
   rows = write_predictions(runner.predict(source.input_fn), output, params)
   print(f'Wrote {rows} predictions to {output}')

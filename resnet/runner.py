@@ -226,11 +226,13 @@ class Runner:
   def restore(self, checkpoint_path: Optional[str] = None) -> Optional[str]:
     """Restores ``checkpoint_path`` (default: model_dir's latest) into the built objects; returns the path."""
     path = checkpoint_path or self.latest_checkpoint()
+    self._restored = True
     if not path:
       return None
     status = self.checkpoint().restore(path)
     status.expect_partial()
     self._synced_checkpoint = path
+    self._restored = True
     logging.info('Restored %s (global step %d).', path, int(self.global_step.numpy()))
     return path
 
