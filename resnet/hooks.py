@@ -51,8 +51,9 @@ class NanGuard(LoopHook):
     loss = logs.get('loss')
     if loss is not None and not math.isfinite(loss):
       raise NonFiniteLossError(
-          f'Loss is {loss} in the loop ending at step {step}: training stopped; the latest checkpoint is '
-          f'still the last good one. Try a lower base_learning_rate, precision=float32, or check the data.')
+          f'Loss is {loss} in the loop ending at step {step}: training stopped without saving this loop. The '
+          f'latest checkpoint predates it (its weights may already have been diverging if the loss was '
+          f'exploding). Try a lower base_learning_rate, precision=float32, or check the data.')
 
 
 class CounterLogger(LoopHook):

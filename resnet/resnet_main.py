@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional  # pylint: disable=g-import-not-at-
 from absl import app
 from absl import flags
 from absl import logging
+import keras
 import tensorflow as tf
 
 from official_input import imagenet_input
@@ -120,7 +121,9 @@ def evaluate(runner, params) -> None:
   if FLAGS.eval_checkpoint:  # one-shot
     runner.evaluate(eval_input, checkpoint_path=_resolve_checkpoint(FLAGS.eval_checkpoint))
     return
+  evaluated = 0
   for path in tf.train.checkpoints_iterator(params.model_dir, timeout=params.eval_timeout):
+    evaluated += 1
     try:
       results = runner.evaluate(eval_input, checkpoint_path=path)
     except tf.errors.NotFoundError:  # removed by keep_checkpoint_max while we waited
@@ -129,6 +132,10 @@ def evaluate(runner, params) -> None:
     if results['global_step'] >= params.train_steps:
       logging.info('Evaluated the final step %d: done.', results['global_step'])
       return
+  if not evaluated:
+    raise runner_lib.NoCheckpointError(
+        f'No checkpoint appeared in {params.model_dir} within --eval_timeout={params.eval_timeout} s: is the '
+        f'training job writing to this --model_dir?')
   logging.info('No new checkpoint within --eval_timeout=%s s: stopping.', params.eval_timeout)
 
 
@@ -197,6 +204,16 @@ def write_predictions(predictions, output: str, params: params_dict.ParamsDict) 
   return rows
 
 
+def _op_error_summary(error: tf.errors.OpError) -> str:
+  """The line of a TensorFlow runtime error that says what went wrong (not 'Graph execution error:')."""
+  lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+  for line in lines:
+    if line.split(':', 1)[0].endswith(('Error', 'Exception')) and len(line.split(':', 1)) == 2:
+      return line
+  informative = [line for line in lines if not line.startswith('[') and not line.endswith(':')]
+  return informative[0] if informative else error.message
+
+
 def _name(names: List[str], class_id: int) -> str:
   return names[class_id] if 0 <= class_id < len(names) else ''
 
@@ -228,7 +245,12 @@ def main(argv) -> None:
   if not params.model_dir:
     raise app.UsageError('--model_dir is required (checkpoints, summaries and params.yaml go there).')
   logging.info('Effective params:\n%s', params_dict.params_to_yaml_string(params))
-  strategy = distribution.get_strategy(params.strategy, tpu=params.tpu, use_tpu=params.use_tpu)
+  try:
+    strategy = distribution.get_strategy(params.strategy, tpu=params.tpu, use_tpu=params.use_tpu)
+  except (RuntimeError, ValueError) as e:
+    sys.exit(f'error: {e}')
+  if params.random_seed is not None:  # after the strategy: seeding first breaks multi-worker start-up
+    keras.utils.set_random_seed(params.random_seed)
   runner = make_runner(params, strategy)
   if FLAGS.mode in ('train', 'train_and_eval'):  # eval/predict read a run; they never rewrite its params
     save_params(params, runner)
@@ -251,9 +273,12 @@ def main(argv) -> None:
     logging.warning('%s', e)
     print(e)
     return
-  except (hooks_lib.NonFiniteLossError, runner_lib.NoCheckpointError) as e:
+  except (hooks_lib.NonFiniteLossError, FileNotFoundError) as e:  # NoCheckpointError, missing data files
     logging.error('%s', e)
     sys.exit(f'error: {e}')
+  except tf.errors.OpError as e:  # raised inside the input pipeline or the step: data or config mismatch
+    logging.error('%s', e.message)
+    sys.exit(f'error: {_op_error_summary(e)}')
   if mode in ('train', 'train_and_eval'):
     _print_profile_verdict(params)
     print(f'TensorBoard logs: tensorboard --logdir {params.model_dir}')

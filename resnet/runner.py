@@ -175,6 +175,7 @@ class Runner:
     self._restored = False
     self._stop_requested = tf.Variable(False, trainable=False, name='stop_requested')
     self._stop_reason = ''
+    self._stop_all_reduce = None
 
   # ------------------------------------------------------------------------------------------------ building
   def _params_for(self, mode: str, global_batch: int) -> Dict[str, Any]:
@@ -308,8 +309,9 @@ class Runner:
     jit = self.config.jit_compile or None
     return tf.function(loop_fn, jit_compile=jit), tf.function(single_step_fn, jit_compile=jit)
 
-  def _next_checkpoint_step(self, step: int) -> int:
-    every = self.config.save_checkpoints_steps
+  @staticmethod
+  def _next_multiple(step: int, every: int) -> int:
+    """Loop boundaries sit at absolute multiples, so every worker shares them whatever its hooks ask."""
     return (step // every + 1) * every
 
   def train(self, input_fn: Callable, max_steps: int, hooks: Sequence[hooks_lib.LoopHook] = (),
@@ -340,7 +342,8 @@ class Runner:
       hook.begin(self, step)
     try:
       while step < max_steps:
-        boundaries = [max_steps, step + self.config.iterations_per_loop, self._next_checkpoint_step(step)]
+        boundaries = [max_steps, self._next_multiple(step, self.config.iterations_per_loop),
+                      self._next_multiple(step, self.config.save_checkpoints_steps)]
         boundaries += [b for b in (h.next_boundary(step) for h in hooks) if b is not None and b > step]
         num_steps = min(boundaries) - step
         for hook in hooks:
@@ -359,10 +362,11 @@ class Runner:
           self.write_scalars('train', step, logs)
         if self.config.log_every_loop:
           self._log_progress(step, max_steps, total_steps or max_steps, start_step, start_time, logs)
-        if step % self.config.save_checkpoints_steps == 0 or step >= max_steps or self.stop_requested:
+        stop = self._agreed_stop(step, max_steps)
+        if stop or step >= max_steps or step % self.config.save_checkpoints_steps == 0:
           self.save()
-        if self.stop_requested:
-          raise TrainingInterrupted(step, self._stop_reason)
+        if stop:
+          raise TrainingInterrupted(step, self._stop_reason or 'another worker was stopped')
     finally:
       for hook in hooks:
         hook.end(step)
@@ -420,6 +424,26 @@ class Runner:
   def _restore_signal_handlers(previous: Dict[int, Any]) -> None:
     for sig, handler in previous.items():
       signal.signal(sig, handler)
+
+  def _agreed_stop(self, step: int, max_steps: int) -> bool:
+    """Whether to stop now. A single worker reads its flag (the loop already broke at the current step).
+    Multi-worker runs agree through one all-reduce at a boundary every worker reaches, so that their
+    collectives stay in step: max_steps and multiples of iterations_per_loop and save_checkpoints_steps."""
+    if self._num_workers() == 1:
+      return self.stop_requested
+    if not (step >= max_steps or step % self.config.iterations_per_loop == 0
+            or step % self.config.save_checkpoints_steps == 0):
+      return False
+    if self._stop_all_reduce is None:
+      strategy, flag = self.strategy, self._stop_requested
+
+      @tf.function
+      def any_stop():
+        votes = strategy.run(lambda: tf.cast(flag.read_value(), tf.int32))
+        return strategy.reduce(tf.distribute.ReduceOp.MAX, votes, axis=None)
+
+      self._stop_all_reduce = any_stop
+    return bool(self._stop_all_reduce().numpy())
 
   def _num_workers(self) -> int:
     extended = getattr(self.strategy, 'extended', None)

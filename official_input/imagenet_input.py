@@ -1,0 +1,679 @@
+"""The ImageNet input pipeline: TFRecords (or raw image files, or synthetic tensors) to batches for one replica.
+
+``ImageNetInput(...).input_fn(params)`` returns a ``tf.data.Dataset`` of ``(images [B, S, S, 3], labels int32 [B])``
+for a per-replica batch ``B = params['batch_size']`` and the worker's ``params['context']``
+(``tf.distribute.InputContext``), so it plugs into ``strategy.distribute_datasets_from_function``.
+
+Design, and why:
+
+- Records are batched *before* decoding, and a whole batch is decoded in one function call (``tf.map_fn`` over the
+  batch). Throughput equals a per-record parallel map plus map-and-batch fusion (measured: same CPU per image), and
+  it gives a cheap, exact way to survive bad data: a batch whose decode fails (corrupt JPEG, garbage bytes, a label
+  out of range) is re-decoded record by record, the bad records are dropped, counted and logged with their
+  filename and reason, and the batch is refilled. The common, clean path pays nothing for this.
+- Training refills a batch with duplicates of its good records (so shapes stay static and the loss never sees a
+  fake label); eval pads with zero images and label -1 instead, so every good record is seen exactly once.
+- Eval is finite and deterministic: sorted files, deterministic interleave, no shuffle, the last batch padded to
+  ``B`` (label -1, filename ''), and whole padding batches appended so that every replica of a worker gets the
+  same number of batches.
+- ``pipeline='basic'`` is the seed's sequential pipeline, kept for comparison: one reader, full decode of each image
+  (no ``decode_and_crop``), no parallelism, no prefetch, tf.data autotuning and injected parallelism switched off.
+  It does the same work and has the same bad-record handling; nothing is slowed down on purpose.
+
+Counting skipped records: a ``numpy_function`` hook in a ``filter`` after decoding, called only for batches that had
+bad records (and for every batch in eval, to count records), updates a thread-safe Python counter. Read it between
+training loops with ``ImageNetInput.skipped_records`` / ``skipped_by_reason``. It works inside ``tf.function`` loops
+and with ``distribute_datasets_from_function`` in the same process; it cannot run where Python is absent (a remote
+tf.data service worker).
+"""
+import dataclasses
+import math
+import os
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from official_input import example_schema
+from official_input import resnet_preprocessing
+
+AUTOTUNE = tf.data.AUTOTUNE
+SPLITS = ('train', 'validation', 'test')
+PIPELINES = ('optimized', 'basic')
+SYNTHETIC_MODES = ('random', 'constant')
+PRECISION_DTYPES = {'float32': tf.float32, 'bfloat16': tf.bfloat16, 'float16': tf.float16}
+
+# Per-record status codes, carried through the pipeline for the skip counter.
+OK = 0
+BAD_FORMAT = 1    # empty, or not JPEG/PNG/GIF/BMP/WebP bytes
+BAD_LABEL = 2     # label missing or outside [0, num_label_classes)
+UNDECODABLE = 3   # the decoder failed (truncated or corrupt image)
+UNPARSEABLE = 4   # not a tf.train.Example, or an unreadable file
+END_OF_DATA = 5   # eval/predict sentinel: the data is exhausted, log the summary
+TOO_MANY_CLASSES = 6  # label >= num_label_classes: a config mismatch, not a bad record -> an error, never a skip
+REASONS = {BAD_FORMAT: 'not an image', BAD_LABEL: 'label out of range', UNDECODABLE: 'undecodable image',
+           UNPARSEABLE: 'unparseable record'}
+
+# Reading: TFRecord read buffer (the reference's 8 MiB) and at most this many files read in parallel.
+READ_BUFFER_BYTES = 8 * 1024 * 1024
+MAX_READ_CYCLE = 16
+# Decoding: how many images of one batch a single decode call runs concurrently (tf.map_fn parallel_iterations).
+DECODE_PARALLEL_ITERATIONS = 1
+# Training: fail instead of spinning forever when this many records in a row are bad (wrong data or config).
+MAX_CONSECUTIVE_BAD = 1000
+# Each bad record is logged with its filename, the first LOG_FIRST_BAD of them, then every LOG_BAD_EVERY-th.
+LOG_FIRST_BAD = 100
+LOG_BAD_EVERY = 1000
+NULL_DATA_DIRS = (None, '', 'null', 'None')
+
+
+def is_synthetic(data_dir: Optional[str]) -> bool:
+  """data_dir None, '' or 'null' selects synthetic tensors (the reference's null input)."""
+  return data_dir in NULL_DATA_DIRS
+
+
+def default_split(is_training: bool) -> str:
+  return 'train' if is_training else 'validation'
+
+
+def num_cpus() -> int:
+  return os.cpu_count() or 1
+
+
+class SkipStats:
+  """Thread-safe count of skipped records, fed from inside tf.data by ``report`` (via tf.numpy_function)."""
+
+  def __init__(self, name: str = 'input', fail_after_consecutive_bad: Optional[int] = None):
+    self._name = name
+    self._fail_after = fail_after_consecutive_bad
+    self._lock = threading.Lock()
+    self._by_reason = {code: 0 for code in REASONS}
+    self._consecutive_bad = 0
+    self._pass_good = 0
+    self._pass_bad = 0
+    # tf.numpy_function's registry holds only a weak reference; this keeps the hook alive as long as the stats,
+    # even if TF drops the graph that first referenced it (dataset rewrites by tf.distribute).
+    self.report_fn = self.report
+
+  @property
+  def skipped(self) -> int:
+    with self._lock:
+      return sum(self._by_reason.values())
+
+  @property
+  def by_reason(self) -> Dict[str, int]:
+    with self._lock:
+      return {REASONS[code]: count for code, count in self._by_reason.items()}
+
+  def report(self, status: np.ndarray, names: np.ndarray) -> np.bool_:
+    """Called per reported batch with the status and filename of each record; returns "keep this batch"."""
+    status = np.asarray(status).reshape(-1)
+    if status.size == 1 and status[0] == END_OF_DATA:
+      self._log_end_of_data()
+      return np.bool_(False)
+    too_many = np.flatnonzero(status == TOO_MANY_CLASSES)
+    if too_many.size:
+      name = names[too_many[0]].decode('utf-8', 'replace') if too_many[0] < len(names) else ''
+      raise ValueError(
+          f'{self._name}: record {name!r} has a label >= num_label_classes: the data has more classes than the '
+          f'model. Set num_label_classes to the number of classes in labels.txt (stored labels are 1-based; '
+          f'1001 keeps a background class 0).')
+    bad = np.flatnonzero(status != OK)
+    num_good = int(status.size - bad.size)
+    with self._lock:
+      for i in bad:
+        self._by_reason[int(status[i])] += 1
+      self._pass_good += num_good
+      self._pass_bad += int(bad.size)
+      self._consecutive_bad = 0 if num_good else self._consecutive_bad + int(bad.size)
+      consecutive_bad = self._consecutive_bad
+      total = sum(self._by_reason.values())
+    for n, i in enumerate(bad):
+      count = total - bad.size + n + 1
+      if count <= LOG_FIRST_BAD or count % LOG_BAD_EVERY == 0:
+        name = names[i].decode('utf-8', 'replace') if i < len(names) else ''
+        logging.warning('%s: skipping record %r: %s (%d skipped so far%s)', self._name, name,
+                        REASONS[int(status[i])], count,
+                        '' if count < LOG_FIRST_BAD else '; logging every %d-th from now' % LOG_BAD_EVERY)
+    if self._fail_after and consecutive_bad >= self._fail_after:
+      raise ValueError(
+          '%s: the last %d records were all bad (%s). Check data_dir and num_label_classes (stored labels are '
+          '1-based; 1000 classes means labels 1..1000).' % (self._name, consecutive_bad, self.by_reason))
+    return np.bool_(num_good > 0)
+
+  def _log_end_of_data(self) -> None:
+    with self._lock:
+      good, bad = self._pass_good, self._pass_bad
+      self._pass_good = self._pass_bad = 0
+    log = logging.warning if bad else logging.info
+    log('%s: finished the data: %d good records, %d bad records skipped%s', self._name, good, bad,
+        (' (all time: %s)' % self.by_reason) if bad else '')
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Record sources: how a "record" becomes (encoded image bytes, stored label, filename).
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSource:
+  """Turns records into (image bytes, stored label int64, filename); batched and one-at-a-time forms."""
+  parse_batch: Callable[[tf.Tensor], Tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
+  parse_one: Callable[[tf.Tensor], Tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
+  name_of: Callable[[tf.Tensor], tf.Tensor]
+
+
+def _parse_examples(records: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  parsed = tf.io.parse_example(records, example_schema.FEATURE_SPEC)
+  return parsed[example_schema.ENCODED], parsed[example_schema.LABEL], parsed[example_schema.FILENAME]
+
+
+def _parse_example(record: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  parsed = tf.io.parse_single_example(record, example_schema.FEATURE_SPEC)
+  return parsed[example_schema.ENCODED], parsed[example_schema.LABEL], parsed[example_schema.FILENAME]
+
+
+TFRECORD_SOURCE = RecordSource(parse_batch=_parse_examples, parse_one=_parse_example,
+                               name_of=lambda record: _parse_example(record)[2])
+
+
+def _read_files(paths: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  contents = tf.map_fn(tf.io.read_file, paths, fn_output_signature=tf.string)
+  return contents, tf.fill(tf.shape(paths), tf.constant(-1, tf.int64)), paths
+
+
+FILE_SOURCE = RecordSource(parse_batch=_read_files,
+                           parse_one=lambda path: (tf.io.read_file(path), tf.constant(-1, tf.int64), path),
+                           name_of=tf.identity)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Decoding batches with bad-record recovery.
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+  """Everything the decode stage needs; one per input_fn call."""
+  source: RecordSource
+  is_training: bool
+  image_size: int
+  dtype: tf.DType
+  batch_size: int
+  label_offset: int            # subtracted from stored labels: 1, or 0 with a background class
+  num_classes: int
+  check_labels: bool           # False for unlabelled data (test split, raw files)
+  full_decode: bool = False    # basic pipeline: decode whole JPEGs, then crop
+  parallel_iterations: int = 1  # images of one batch decoded concurrently (tf.map_fn)
+
+  @property
+  def image_shape(self) -> Tuple[int, int, int]:
+    return (self.image_size, self.image_size, 3)
+
+
+def record_labels(stored: tf.Tensor, cfg: DecodeConfig) -> tf.Tensor:
+  """Stored 1-based labels to model labels: minus 1, unless the model has a background class (1001 classes)."""
+  labels = tf.cast(stored, tf.int32) - cfg.label_offset
+  if not cfg.check_labels:
+    return tf.where(labels >= 0, labels, -1)
+  return labels
+
+
+def record_status(encoded: tf.Tensor, labels: tf.Tensor, cfg: DecodeConfig) -> tf.Tensor:
+  """OK, BAD_FORMAT or BAD_LABEL per record, from cheap checks that never raise (works on scalars or vectors)."""
+  format_ok = resnet_preprocessing.image_format_ok(encoded)
+  status = tf.where(format_ok, OK, BAD_FORMAT)
+  if cfg.check_labels:
+    label_ok = tf.logical_and(labels >= 0, labels < cfg.num_classes)
+    status = tf.where(tf.logical_and(format_ok, tf.logical_not(label_ok)), BAD_LABEL, status)
+    status = tf.where(tf.logical_and(format_ok, labels >= cfg.num_classes), TOO_MANY_CLASSES, status)
+  return tf.cast(status, tf.int32)
+
+
+def _preprocess(encoded: tf.Tensor, cfg: DecodeConfig) -> tf.Tensor:
+  return resnet_preprocessing.preprocess_image(encoded, cfg.is_training, cfg.image_size, tf.float32,
+                                               full_decode=cfg.full_decode)
+
+
+def _pad_to_batch(batch: Dict[str, tf.Tensor], batch_size: int) -> Dict[str, tf.Tensor]:
+  """Pads the per-record fields to batch_size rows: zero images, label -1, filename ''."""
+  pad = batch_size - tf.shape(batch['label'])[0]
+  out = dict(batch)
+  out['image'] = tf.pad(batch['image'], [[0, pad], [0, 0], [0, 0], [0, 0]])
+  out['label'] = tf.pad(batch['label'], [[0, pad]], constant_values=-1)
+  out['filename'] = tf.concat([batch['filename'], tf.fill([pad], '')], axis=0)
+  return out
+
+
+def _set_batch_shape(batch: Dict[str, tf.Tensor], cfg: DecodeConfig) -> Dict[str, tf.Tensor]:
+  out = dict(batch)
+  out['image'] = tf.ensure_shape(batch['image'], (cfg.batch_size,) + cfg.image_shape)
+  out['label'] = tf.ensure_shape(batch['label'], [cfg.batch_size])
+  out['filename'] = tf.ensure_shape(batch['filename'], [cfg.batch_size])
+  out['status'] = tf.ensure_shape(batch['status'], [None])
+  out['record_name'] = tf.ensure_shape(batch['record_name'], [None])
+  return out
+
+
+def decode_batch(records: tf.Tensor, cfg: DecodeConfig) -> Dict[str, tf.Tensor]:
+  """The fast path: decodes a batch of k <= B records; raises if any record is bad (the caller falls back)."""
+  encoded, stored, names = cfg.source.parse_batch(records)
+  labels = record_labels(stored, cfg)
+  status = record_status(encoded, labels, cfg)
+  check = tf.debugging.assert_equal(status, OK, message='bad record in batch')
+  with tf.control_dependencies([check]):
+    images = tf.map_fn(lambda e: _preprocess(e, cfg), encoded,
+                       fn_output_signature=tf.TensorSpec(cfg.image_shape, tf.float32),
+                       parallel_iterations=cfg.parallel_iterations)
+  batch = {'image': tf.cast(images, cfg.dtype), 'label': labels, 'filename': names, 'status': status,
+           'record_name': names}
+  if not cfg.is_training:
+    batch = _pad_to_batch(batch, cfg.batch_size)
+  return _set_batch_shape(batch, cfg)
+
+
+def _record_element(image: tf.Tensor, label: tf.Tensor, name: tf.Tensor, status) -> Dict[str, tf.Tensor]:
+  return {'image': image, 'label': tf.cast(label, tf.int32), 'filename': name,
+          'status': tf.constant(status, tf.int32) if isinstance(status, int) else status}
+
+
+def _decode_one(record: tf.Tensor, cfg: DecodeConfig) -> Dict[str, tf.Tensor]:
+  """One record with its status; bad-but-harmless records get a zero image instead of raising."""
+  encoded, stored, name = cfg.source.parse_one(record)
+  label = record_labels(stored, cfg)
+  status = record_status(encoded, label, cfg)
+  image = tf.cond(tf.equal(status, OK), lambda: _preprocess(encoded, cfg),
+                  lambda: tf.zeros(cfg.image_shape, tf.float32))
+  return _record_element(image, label, name, status)
+
+
+def _decode_one_or_marker(record: tf.Tensor, cfg: DecodeConfig) -> tf.data.Dataset:
+  """Exactly one element per record: the decoded record, or a marker saying why it failed."""
+  zeros = tf.zeros(cfg.image_shape, tf.float32)
+  decoded = tf.data.Dataset.from_tensors(record).map(lambda r: _decode_one(r, cfg)).ignore_errors(log_warning=True)
+  undecodable = tf.data.Dataset.from_tensors(record).map(
+      lambda r: _record_element(zeros, -1, cfg.source.name_of(r), UNDECODABLE)).ignore_errors()
+  unparseable = tf.data.Dataset.from_tensors(_record_element(zeros, -1, tf.constant(''), UNPARSEABLE))
+  return decoded.concatenate(undecodable).concatenate(unparseable).take(1)
+
+
+def _refill(batch: Dict[str, tf.Tensor], cfg: DecodeConfig) -> Dict[str, tf.Tensor]:
+  """Keeps the good records of a per-record-decoded batch and refills it to B rows.
+
+  Training repeats good records (never a fake label in the loss); eval pads (every record seen exactly once).
+  A batch without any good record is dropped later by the filter.
+  """
+  status = batch['status']
+  good = tf.reshape(tf.where(tf.equal(status, OK)), [-1])
+  num_good = tf.size(good)
+  if cfg.is_training:
+    # With no good record at all the index points at row 0 (a zero image); the filter drops that batch.
+    index = tf.gather(tf.concat([good, [0]], axis=0), tf.range(cfg.batch_size) % tf.maximum(num_good, 1))
+  else:
+    index = good
+  out = {'image': tf.cast(tf.gather(batch['image'], index), cfg.dtype),
+         'label': tf.gather(batch['label'], index),
+         'filename': tf.gather(batch['filename'], index),
+         'status': status,
+         'record_name': batch['filename']}
+  if not cfg.is_training:
+    out = _pad_to_batch(out, cfg.batch_size)
+  return _set_batch_shape(out, cfg)
+
+
+def decode_records_one_by_one(records: tf.Tensor, cfg: DecodeConfig) -> tf.data.Dataset:
+  """The slow path for a batch that failed: per-record decode, bad records counted and replaced."""
+  return (tf.data.Dataset.from_tensor_slices(records)
+          .flat_map(lambda r: _decode_one_or_marker(r, cfg))
+          .batch(tf.cast(tf.size(records), tf.int64))
+          .map(lambda b: _refill(b, cfg)))
+
+
+def decode_chunk(records: tf.Tensor, cfg: DecodeConfig) -> tf.data.Dataset:
+  """One output batch from k raw records: the fast path, or the per-record path if the fast path raised."""
+  fast = tf.data.Dataset.from_tensors(records).map(lambda r: decode_batch(r, cfg)).ignore_errors()
+  return fast.concatenate(decode_records_one_by_one(records, cfg)).take(1)
+
+
+def end_of_data_element(cfg: DecodeConfig) -> Dict[str, tf.Tensor]:
+  return {'image': tf.zeros((cfg.batch_size,) + cfg.image_shape, cfg.dtype),
+          'label': tf.fill([cfg.batch_size], -1),
+          'filename': tf.fill([cfg.batch_size], ''),
+          'status': tf.constant([END_OF_DATA], tf.int32),
+          'record_name': tf.constant([''])}
+
+
+def report_filter(stats: SkipStats, report_every_batch: bool) -> Callable[[Dict[str, tf.Tensor]], tf.Tensor]:
+  """A filter predicate that reports bad records to ``stats`` and drops batches without any good record."""
+  def _predicate(batch: Dict[str, tf.Tensor]) -> tf.Tensor:
+    status = batch['status']
+    needs_report = tf.reduce_any(tf.not_equal(status, OK))
+    if report_every_batch:
+      needs_report = tf.constant(True)
+
+    def _report() -> tf.Tensor:
+      keep = tf.numpy_function(stats.report_fn, [status, batch['record_name']], tf.bool, stateful=True)
+      return tf.reshape(keep, [])
+
+    return tf.cond(needs_report, _report, lambda: tf.constant(True))
+  return _predicate
+
+
+def to_outputs(batch: Dict[str, tf.Tensor], include_filename: bool) -> Tuple[Any, tf.Tensor]:
+  """(images, labels), or ({'image', 'filename'}, labels) for predict."""
+  if include_filename:
+    return {'image': batch['image'], 'filename': batch['filename']}, batch['label']
+  return batch['image'], batch['label']
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Distribution helpers.
+
+
+def context_ids(context: Optional[tf.distribute.InputContext]) -> Tuple[int, int, int]:
+  """(pipeline id, number of pipelines, replicas fed by each pipeline) for a possibly missing context."""
+  if context is None:
+    return 0, 1, 1
+  per_pipeline = max(1, context.num_replicas_in_sync // max(1, context.num_input_pipelines))
+  return context.input_pipeline_id, context.num_input_pipelines, per_pipeline
+
+
+def shard_files(files: Sequence[str], index: int, count: int) -> Tuple[List[str], bool]:
+  """This pipeline's files, and whether records must be sharded instead (fewer files than pipelines)."""
+  if count <= 1:
+    return list(files), False
+  if len(files) >= count:
+    return list(files[index::count]), False
+  return list(files), True
+
+
+def pad_batch_count(ds: tf.data.Dataset, multiple: int, pad_batch: Any) -> tf.data.Dataset:
+  """Appends padding batches so the number of batches is a multiple of ``multiple`` (replicas per pipeline)."""
+  if multiple <= 1:
+    return ds
+  padding = tf.data.Dataset.from_tensors(pad_batch).repeat(multiple - 1)
+  return ds.concatenate(padding).batch(multiple, drop_remainder=True).unbatch()
+
+
+def check_batch_size(params: Mapping[str, Any]) -> int:
+  batch_size = int(params['batch_size'])
+  if batch_size < 1:
+    raise ValueError('batch_size must be positive, got %d' % batch_size)
+  return batch_size
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class ImageNetInput:
+  """ImageNet TFRecords (``<data_dir>/<split>-*``) or synthetic tensors, as an ``input_fn(params)``.
+
+  Keyword arguments: ``split`` defaults to train/validation by ``is_training``; ``num_label_classes`` 1001 keeps
+  the stored 1-based labels (class 0 = background), anything else subtracts 1; ``dtype`` is the image dtype
+  (values stay 0..255); ``pipeline`` 'optimized' | 'basic'; ``num_parallel_calls`` -1 = AUTOTUNE;
+  ``synthetic_data`` 'random' | 'constant' applies when data_dir is None, '' or 'null'; ``include_filename`` makes
+  the features ``{'image', 'filename'}`` (predict); ``seed`` seeds file and record shuffling; ``num_images`` sizes
+  a synthetic eval. Attributes may be changed after construction; ``input_fn`` reads them when called.
+  """
+
+  def __init__(self, *, is_training: bool, data_dir: Optional[str] = None, split: Optional[str] = None,
+               image_size: int = resnet_preprocessing.IMAGE_SIZE, num_label_classes: int = 1000,
+               dtype: tf.DType = tf.float32, pipeline: str = 'optimized', use_cache: bool = False,
+               shuffle_buffer_size: int = 1024, num_parallel_calls: int = -1, synthetic_data: str = 'random',
+               include_filename: bool = False, seed: Optional[int] = None, num_images: Optional[int] = None):
+    split = split or default_split(is_training)
+    if split not in SPLITS:
+      raise ValueError('split must be one of %s, got %r' % (SPLITS, split))
+    if pipeline not in PIPELINES:
+      raise ValueError('pipeline must be one of %s, got %r' % (PIPELINES, pipeline))
+    if synthetic_data not in SYNTHETIC_MODES:
+      raise ValueError('synthetic_data must be one of %s, got %r' % (SYNTHETIC_MODES, synthetic_data))
+    if image_size < 1 or num_label_classes < 1:
+      raise ValueError('image_size and num_label_classes must be positive')
+    self.is_training = is_training
+    self.data_dir = data_dir
+    self.split = split
+    self.image_size = int(image_size)
+    self.num_label_classes = int(num_label_classes)
+    self.include_background_label = self.num_label_classes == 1001
+    self.dtype = tf.as_dtype(dtype)
+    self.pipeline = pipeline
+    self.use_cache = use_cache
+    self.shuffle_buffer_size = int(shuffle_buffer_size)
+    self.num_parallel_calls = int(num_parallel_calls)
+    self.synthetic_data = synthetic_data
+    self.include_filename = include_filename
+    self.seed = seed
+    self.num_images = num_images
+    # Training repeats forever: all-bad data would spin silently, so fail after a long run of bad records.
+    self._stats = SkipStats('%s input' % split, MAX_CONSECUTIVE_BAD if is_training else None)
+
+  @classmethod
+  def from_params(cls, params: Mapping[str, Any], split: str, **overrides: Any) -> 'ImageNetInput':
+    """Builds the input for ``split`` ('train' | 'validation' | 'test') from run params (RESNET_CFG keys)."""
+    if split not in SPLITS:
+      raise ValueError('split must be one of %s, got %r' % (SPLITS, split))
+    num_images = {'train': params.get('num_train_images'), 'validation': params.get('num_eval_images'),
+                  'test': params.get('num_test_images')}[split]
+    kwargs = dict(
+        is_training=split == 'train',
+        data_dir=params.get('data_dir'),
+        split=split,
+        image_size=params['image_size'],
+        num_label_classes=params['num_label_classes'],
+        dtype=PRECISION_DTYPES[params.get('precision', 'float32')],
+        pipeline=params.get('input_pipeline', 'optimized'),
+        use_cache=bool(params.get('use_cache', False)),
+        shuffle_buffer_size=params.get('shuffle_buffer_size', 1024),
+        num_parallel_calls=params.get('num_parallel_calls', -1),
+        synthetic_data=params.get('synthetic_data', 'random'),
+        include_filename=split == 'test',
+        seed=params.get('random_seed'),
+        num_images=num_images)
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+  # --- public state --------------------------------------------------------------------------------------------
+
+  @property
+  def skipped_records(self) -> int:
+    """Bad records skipped so far by every dataset this object built (read it between training loops)."""
+    return self._stats.skipped
+
+  @property
+  def skipped_by_reason(self) -> Dict[str, int]:
+    return self._stats.by_reason
+
+  @property
+  def synthetic(self) -> bool:
+    return is_synthetic(self.data_dir)
+
+  @property
+  def file_pattern(self) -> str:
+    return os.path.join(self.data_dir or '', '%s-*' % self.split)
+
+  # --- input_fn ------------------------------------------------------------------------------------------------
+
+  def input_fn(self, params: Mapping[str, Any]) -> tf.data.Dataset:
+    """A dataset of per-replica batches; reads only params['batch_size'] and the optional params['context']."""
+    batch_size = check_batch_size(params)
+    context = params.get('context')
+    if self.synthetic:
+      return self.synthetic_dataset(batch_size, context)
+    return self.record_dataset(batch_size, context)
+
+  def list_files(self) -> List[str]:
+    """Sorted ``<data_dir>/<split>-*``; a missing dataset is a clear error, not an empty pipeline."""
+    pattern = self.file_pattern
+    files = sorted(tf.io.gfile.glob(pattern))
+    if not files:
+      raise FileNotFoundError(
+          'No input files match %r. data_dir must hold TFRecord shards named %s-00000-of-NNNNN. Create them with '
+          '`python -m tools.imagenet_to_gcs` (real images) or `python -m tools.make_fake_imagenet '
+          '--output_dir=DIR` (fake data), or set data_dir=null for synthetic input.' % (pattern, self.split))
+    return files
+
+  def decode_config(self, batch_size: int, full_decode: bool = False) -> DecodeConfig:
+    return DecodeConfig(
+        source=TFRECORD_SOURCE, is_training=self.is_training, image_size=self.image_size, dtype=self.dtype,
+        batch_size=batch_size, label_offset=0 if self.include_background_label else 1,
+        num_classes=self.num_label_classes, check_labels=self.split != 'test', full_decode=full_decode,
+        parallel_iterations=1 if full_decode else DECODE_PARALLEL_ITERATIONS)
+
+  def read_records(self, files: Sequence[str], context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
+    """Serialized records for this pipeline: sharded by file (or by record when files are few), then read."""
+    index, count, _ = context_ids(context)
+    files, shard_records = shard_files(files, index, count)
+    if shard_records:
+      logging.info('%d %s files for %d input pipelines: every pipeline reads all files and keeps every %d-th '
+                   'record (pipeline %d)', len(files), self.split, count, count, index)
+    else:
+      logging.info('Input pipeline %d of %d reads %d %s files', index, count, len(files), self.split)
+    basic = self.pipeline == 'basic'
+    # Reading order must be the same on every pipeline when records are sharded, and fixed for eval.
+    deterministic = shard_records or not self.is_training
+    file_ds = tf.data.Dataset.from_tensor_slices(files)
+    if self.is_training and not shard_records:
+      file_ds = file_ds.shuffle(len(files), seed=self.seed, reshuffle_each_iteration=True)
+
+    def _read(path: tf.Tensor) -> tf.data.Dataset:
+      # A damaged shard (bad CRC, truncated copy) ends that file early with a TF warning instead of killing the
+      # run. Those lost records cannot be counted: nothing says how many the file held.
+      return tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES).ignore_errors(log_warning=True)
+
+    if basic:
+      records = file_ds.flat_map(_read)
+    else:
+      cycle = max(1, min(len(files), MAX_READ_CYCLE, max(4, num_cpus())))
+      records = file_ds.interleave(_read, cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE,
+                                   deterministic=deterministic)
+    if shard_records:
+      records = records.shard(count, index)
+    return records
+
+  def record_dataset(self, batch_size: int, context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
+    files = self.list_files()
+    records = self.read_records(files, context)
+    if self.use_cache:
+      records = records.cache()
+    if self.is_training:
+      # Repeat, then shuffle (as the reference does without cache): the buffer stays full across epochs, so an
+      # epoch boundary never drains the decoders while the buffer refills. Each repetition re-reads the files in
+      # a new shuffled order (or replays the cache).
+      records = records.repeat().shuffle(self.shuffle_buffer_size, seed=self.seed, reshuffle_each_iteration=True)
+    cfg = self.decode_config(batch_size, full_decode=self.pipeline == 'basic')
+    return build_batches(records, cfg, self._stats, self.include_filename, context, pipeline=self.pipeline,
+                         num_parallel_calls=self.num_parallel_calls)
+
+  def synthetic_dataset(self, batch_size: int, context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
+    """Random (uniform 0..255) or constant (zero) images with uniform labels: one batch, made once, repeated.
+
+    Training repeats forever. Eval/predict yield ceil(num_images / global batch) batches per replica (one when
+    num_images is unset), so a synthetic eval ends like a real one.
+    """
+    shape = (batch_size, self.image_size, self.image_size, 3)
+    seed = self.seed
+
+    def _make(_: tf.Tensor) -> Tuple[Any, tf.Tensor]:
+      if self.synthetic_data == 'random':
+        images = tf.random.uniform(shape, 0.0, 255.0, tf.float32, seed=seed)
+      else:
+        images = tf.zeros(shape, tf.float32)
+      labels = tf.random.uniform([batch_size], 0, self.num_label_classes, tf.int32, seed=seed)
+      batch = {'image': tf.cast(images, self.dtype), 'label': labels, 'filename': tf.fill([batch_size], '')}
+      return to_outputs(batch, self.include_filename)
+
+    ds = tf.data.Dataset.range(1).map(_make).cache()
+    if self.is_training:
+      ds = ds.repeat()
+    else:
+      _, _, per_pipeline = context_ids(context)
+      replicas = context.num_replicas_in_sync if context else 1
+      steps = math.ceil(self.num_images / (batch_size * replicas)) if self.num_images else 1
+      ds = ds.repeat(steps * per_pipeline)
+    return ds.prefetch(AUTOTUNE)
+
+
+def build_batches(records: tf.data.Dataset, cfg: DecodeConfig, stats: SkipStats, include_filename: bool,
+                  context: Optional[tf.distribute.InputContext], pipeline: str = 'optimized',
+                  num_parallel_calls: int = -1) -> tf.data.Dataset:
+  """Raw records -> decoded, counted, padded output batches (shared by TFRecords and raw image files)."""
+  basic = pipeline == 'basic'
+  chunks = records.batch(cfg.batch_size, drop_remainder=cfg.is_training)
+
+  def decode(chunk: tf.Tensor) -> tf.data.Dataset:
+    return decode_chunk(chunk, cfg)
+
+  if basic:
+    batches = chunks.flat_map(decode)
+  else:
+    parallel = AUTOTUNE if num_parallel_calls < 0 else max(1, num_parallel_calls)
+    cycle = num_cpus() if num_parallel_calls < 0 else max(1, num_parallel_calls)
+    batches = chunks.interleave(decode, cycle_length=max(2, cycle), block_length=1, num_parallel_calls=parallel,
+                                deterministic=not cfg.is_training)
+  if not cfg.is_training:
+    batches = batches.concatenate(tf.data.Dataset.from_tensors(end_of_data_element(cfg)))
+  batches = batches.filter(report_filter(stats, report_every_batch=not cfg.is_training))
+  ds = batches.map(lambda b: to_outputs(b, include_filename))
+  if not cfg.is_training:
+    _, _, per_pipeline = context_ids(context)
+    pad = to_outputs(_pad_to_batch({'image': tf.zeros((0,) + cfg.image_shape, cfg.dtype),
+                                    'label': tf.zeros([0], tf.int32), 'filename': tf.zeros([0], tf.string)},
+                                   cfg.batch_size), include_filename)
+    ds = pad_batch_count(ds, per_pipeline, pad)
+  if not basic:
+    ds = ds.prefetch(AUTOTUNE)
+  return ds.with_options(pipeline_options(basic, cfg.is_training))
+
+
+def pipeline_options(basic: bool, is_training: bool) -> tf.data.Options:
+  """Basic: no autotuning and no parallelism or prefetching injected by tf.data. Optimized: tf.data defaults."""
+  options = tf.data.Options()
+  options.deterministic = not is_training
+  if basic:
+    options.autotune.enabled = False
+    options.experimental_optimization.map_parallelization = False
+    options.experimental_optimization.inject_prefetch = False
+    options.experimental_optimization.parallel_batch = False
+  return options
+
+
+class ImageFilesInput:
+  """Raw image files (JPEG, PNG, GIF, BMP, WebP) matched by a glob, for predict: eval preprocessing, label -1.
+
+  Same ``input_fn(params)`` contract as ImageNetInput; features are ``{'image', 'filename'}``; the last batch is
+  padded (filename ''); undecodable files are skipped, counted and logged.
+  """
+
+  def __init__(self, file_pattern: str, image_size: int = resnet_preprocessing.IMAGE_SIZE,
+               dtype: tf.DType = tf.float32, num_parallel_calls: int = -1):
+    self.file_pattern = file_pattern
+    self.image_size = int(image_size)
+    self.dtype = tf.as_dtype(dtype)
+    self.num_parallel_calls = int(num_parallel_calls)
+    self._stats = SkipStats('image files input')
+
+  @property
+  def skipped_records(self) -> int:
+    return self._stats.skipped
+
+  @property
+  def skipped_by_reason(self) -> Dict[str, int]:
+    return self._stats.by_reason
+
+  def list_files(self) -> List[str]:
+    files = sorted(f for f in tf.io.gfile.glob(self.file_pattern) if not tf.io.gfile.isdir(f))
+    if not files:
+      raise FileNotFoundError('No image files match %r: pass a glob such as "photos/*.jpg".' % self.file_pattern)
+    return files
+
+  def input_fn(self, params: Mapping[str, Any]) -> tf.data.Dataset:
+    batch_size = check_batch_size(params)
+    context = params.get('context')
+    index, count, _ = context_ids(context)
+    files = self.list_files()[index::count]
+    cfg = DecodeConfig(source=FILE_SOURCE, is_training=False, image_size=self.image_size, dtype=self.dtype,
+                       batch_size=batch_size, label_offset=0, num_classes=1, check_labels=False)
+    records = tf.data.Dataset.from_tensor_slices(tf.constant(files, tf.string))
+    return build_batches(records, cfg, self._stats, include_filename=True, context=context,
+                         num_parallel_calls=self.num_parallel_calls)

@@ -1,0 +1,1 @@
+"""Small subprocess scripts and process utilities for the multi-process tests (not collected by pytest)."""

@@ -1,0 +1,88 @@
+r"""Runs ``resnet.resnet_main`` unchanged (same flags, same main), then dumps what the run ended with.
+
+  python -m tests.helpers.main_dump --mode=train --model_dir=D ...   # any resnet_main flags
+
+Environment (all optional):
+  DUMP_PATH       write an .npz: every model weight at the end ('w:<path>') and after the build ('init:<path>'),
+                  the global step, is_chief, replica count.
+  DUMP_SEED       keras.utils.set_random_seed(seed) right after the strategy exists (the same initial weights in
+                  every process; seeding earlier would initialise TF's context before MultiWorkerMirroredStrategy).
+  DESIGNED_DATA   'steps' (int): train on tests.helpers.designed_data instead of ImageNetInput.
+
+Why a wrapper: the multi-worker test needs the weights of the NON-chief worker, whose checkpoints go to a private
+temporary directory; everything else runs exactly the code path of the CLI.
+"""
+import os
+import sys
+
+from absl import app
+import keras
+import numpy as np
+
+from resnet import distribution
+from resnet import resnet_main
+from resnet import runner as runner_lib
+from tests.helpers import designed_data
+
+_captured = {}
+
+
+def _patch() -> None:
+  make_runner, get_strategy = resnet_main.make_runner, distribution.get_strategy
+
+  def capturing_make_runner(params, strategy):
+    runner = make_runner(params, strategy)
+    build = runner.build
+
+    def build_and_snapshot(mode):  # the initial weights: after the first build, before any restore
+      build(mode)
+      model = runner.scope.get('model')
+      if model is not None and 'initial' not in _captured:
+        _captured['initial'] = {v.path: np.asarray(v.numpy()) for v in model.weights}
+
+    runner.build = build_and_snapshot
+    _captured['runner'] = runner
+    return runner
+
+  def seeding_get_strategy(*args, **kwargs):
+    strategy = get_strategy(*args, **kwargs)
+    if os.environ.get('DUMP_SEED'):
+      keras.utils.set_random_seed(int(os.environ['DUMP_SEED']))
+    return strategy
+
+  resnet_main.make_runner = capturing_make_runner
+  distribution.get_strategy = seeding_get_strategy
+  if os.environ.get('DESIGNED_DATA'):
+    steps = int(os.environ['DESIGNED_DATA'])
+
+    class DesignedSource:
+      skipped_records = 0
+
+      def __init__(self, params):
+        self.input_fn = designed_data.make_input_fn(
+            int(os.environ.get('DUMP_SEED', '0')), steps, params.train_batch_size, params.image_size,
+            params.num_label_classes)
+
+    resnet_main.input_source = lambda params, split: DesignedSource(params)
+
+
+def _dump(path: str) -> None:
+  runner: runner_lib.Runner = _captured['runner']
+  model = runner.scope.get('model')
+  np.savez(path, global_step=np.array(int(runner.global_step.numpy())), is_chief=np.array(runner.is_chief),
+           num_replicas=np.array(runner.num_replicas),
+           **{'w:' + v.path: np.asarray(v.numpy()) for v in model.weights},
+           **{'init:' + k: v for k, v in _captured.get('initial', {}).items()})
+
+
+def main(argv) -> None:
+  resnet_main.main(argv)
+  if os.environ.get('DUMP_PATH'):
+    _dump(os.environ['DUMP_PATH'])
+  print('MAIN_DUMP_DONE', flush=True)
+
+
+if __name__ == '__main__':
+  _patch()
+  app.run(main)
+  sys.exit(0)

@@ -1,0 +1,172 @@
+"""Subprocess utilities for tests that run real training processes: free ports, bounded waits, sure kills.
+
+Why: these tests start TensorFlow processes that can hang (a collective waiting for a dead peer, a gRPC
+connect). Every wait here is bounded, and every process started through :class:`Proc` is killed in ``finally``
+(by its own pid, SIGKILL after a grace period) so a failing test never leaves a process behind on a 2-core CI box.
+"""
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYTHON = sys.executable
+
+
+def free_ports(n: int) -> List[int]:
+  """``n`` distinct ports free on 127.0.0.1 right now (held open together, so they differ)."""
+  socks = []
+  try:
+    for _ in range(n):
+      s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+      s.bind(('127.0.0.1', 0))
+      socks.append(s)
+    return [s.getsockname()[1] for s in socks]
+  finally:
+    for s in socks:
+      s.close()
+
+
+def closed_port() -> int:
+  """A port on 127.0.0.1 with nothing listening (bound then released: connects get 'connection refused')."""
+  return free_ports(1)[0]
+
+
+def base_env(**extra: str) -> Dict[str, str]:
+  """The test process's environment: quiet TF logs, no inherited TF_CONFIG, CPU only, repo root importable.
+
+  CPU only: these tests check semantics (equal weights, resumable checkpoints), which CPU makes deterministic and
+  which several processes sharing one GPU would not reproduce.
+  """
+  env = dict(os.environ)
+  env.pop('TF_CONFIG', None)
+  env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  env.setdefault('CUDA_VISIBLE_DEVICES', '')
+  env['PYTHONPATH'] = ROOT + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
+  env['PYTHONUNBUFFERED'] = '1'
+  env.update(extra)
+  return env
+
+
+class Proc:
+  """One child process with its combined stdout/stderr in a log file (no pipe to fill up and block on)."""
+
+  def __init__(self, args: Sequence[str], log_path: str, env: Optional[Dict[str, str]] = None,
+               cwd: str = ROOT):
+    self.args = list(args)
+    self.log_path = log_path
+    self._log = open(log_path, 'wb')  # pylint: disable=consider-using-with
+    self.popen = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd,
+                                  env=env or base_env())
+
+  @property
+  def pid(self) -> int:
+    return self.popen.pid
+
+  def log(self) -> str:
+    if not self._log.closed:
+      self._log.flush()
+    with open(self.log_path, 'rb') as f:
+      return f.read().decode('utf-8', 'replace')
+
+  def poll(self) -> Optional[int]:
+    return self.popen.poll()
+
+  def wait(self, timeout: float) -> int:
+    """The exit code; on timeout the process is killed and the test fails with the log tail."""
+    try:
+      return self.popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      self.kill()
+      raise AssertionError(f'{self.args} did not finish within {timeout} s; log tail:\n{self.tail()}') from None
+
+  def send(self, sig: int) -> None:
+    if self.popen.poll() is None:
+      os.kill(self.popen.pid, sig)
+
+  def kill(self, grace: float = 0.0) -> None:
+    """Ends the process (and only it): SIGTERM with ``grace`` seconds to go, else SIGKILL at once."""
+    if self.popen.poll() is None:
+      if grace > 0:
+        with contextlib.suppress(ProcessLookupError):
+          os.kill(self.popen.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+          self.popen.wait(timeout=grace)
+      if self.popen.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+          os.kill(self.popen.pid, signal.SIGKILL)
+      with contextlib.suppress(subprocess.TimeoutExpired):
+        self.popen.wait(timeout=30)
+    self._log.close()
+
+  def tail(self, n: int = 4000) -> str:
+    return self.log()[-n:]
+
+
+@contextlib.contextmanager
+def processes() -> Iterator[List[Proc]]:
+  """A list to append :class:`Proc` objects to; all of them are killed on exit, whatever happened."""
+  procs: List[Proc] = []
+  try:
+    yield procs
+  finally:
+    for p in procs:
+      p.kill()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.05,
+             alive: Optional[Proc] = None) -> None:
+  """Polls ``predicate`` until true; fails after ``timeout`` s (or at once if ``alive`` exits first)."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    if predicate():
+      return
+    if alive is not None and alive.poll() is not None:
+      raise AssertionError(f'process exited ({alive.poll()}) before {what}; log tail:\n{alive.tail()}')
+    time.sleep(poll)
+  raise AssertionError(f'timed out after {timeout} s waiting for {what}'
+                       + (f'; log tail:\n{alive.tail()}' if alive is not None else ''))
+
+
+def run(args: Sequence[str], log_path: str, timeout: float, env: Optional[Dict[str, str]] = None) -> Proc:
+  """Runs to completion (bounded) and returns the finished Proc; its exit code is ``proc.popen.returncode``."""
+  proc = Proc(args, log_path, env)
+  try:
+    proc.wait(timeout)
+  finally:
+    proc.kill()
+  return proc
+
+
+def run_many(specs: Dict[str, Sequence[str]], log_dir: str, timeout: float, max_parallel: int = 4,
+             env: Optional[Dict[str, str]] = None) -> Dict[str, Proc]:
+  """Runs named commands to completion, at most ``max_parallel`` at a time (TF processes need ~1 GB each).
+
+  Each gets ``timeout`` seconds from its own start; all are killed on the way out, whatever happens.
+  """
+  pending = list(specs.items())
+  running: Dict[str, Proc] = {}
+  started_at: Dict[str, float] = {}
+  done: Dict[str, Proc] = {}
+  try:
+    while pending or running:
+      while pending and len(running) < max_parallel:
+        name, args = pending.pop(0)
+        running[name] = Proc(args, os.path.join(log_dir, f'{name}.log'), env)
+        started_at[name] = time.time()
+      for name, proc in list(running.items()):
+        if proc.poll() is not None:
+          proc.kill()
+          done[name] = running.pop(name)
+        elif time.time() - started_at[name] > timeout:
+          proc.kill()
+          raise AssertionError(f'{name}: {proc.args} did not finish within {timeout} s; log tail:\n{proc.tail()}')
+      time.sleep(0.1)
+  finally:
+    for proc in running.values():
+      proc.kill()
+  return done

@@ -1,0 +1,263 @@
+"""Tests for official_input/imagenet_input.py on tiny fake TFRecords (32-48 px images, a few dozen records)."""
+import math
+import os
+
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+
+from official_input import example_schema
+from official_input import imagenet_input as ii
+from tools import make_fake_imagenet
+
+NUM_CLASSES = 10
+SIZE = 32
+
+
+def _jpeg(seed: int, size: int = 40) -> bytes:
+  return make_fake_imagenet.encode_jpeg(make_fake_imagenet.random_image(np.random.default_rng(seed), size, size))
+
+
+def _write_records(path: str, examples) -> None:
+  with tf.io.TFRecordWriter(path) as writer:
+    for example in examples:
+      writer.write(example if isinstance(example, bytes) else example.SerializeToString())
+
+
+def _example(encoded: bytes, label: int, filename: str) -> tf.train.Example:
+  return example_schema.make_example(encoded, 'JPEG', label, 'x', 40, 40, filename)
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  """4 train shards (24 records), 3 validation shards (13), 2 test shards (5); labels 1..10."""
+  path = str(tmp_path_factory.mktemp('fake_imagenet'))
+  make_fake_imagenet.write_fake_imagenet(path, num_train=24, num_validation=13, num_test=5, num_shards=4,
+                                         num_classes=NUM_CLASSES, min_size=32, max_size=48, seed=3)
+  return path
+
+
+@pytest.fixture(scope='module')
+def corrupt_dir(tmp_path_factory):
+  """Good records mixed with one of each kind of bad record, in train and validation shards."""
+  path = str(tmp_path_factory.mktemp('corrupt'))
+  good = [_example(_jpeg(i), 1 + i % NUM_CLASSES, 'good_%02d.JPEG' % i) for i in range(10)]
+  truncated = _jpeg(99)
+  bad = [_example(b'garbage bytes, not an image', 3, 'garbage.JPEG'),
+         _example(truncated[:len(truncated) // 2], 3, 'truncated.JPEG'),
+         _example(_jpeg(98), NUM_CLASSES + 5, 'bad_label.JPEG'),
+         b'this is not a tf.train.Example']
+  for split in ('train', 'validation'):
+    _write_records(os.path.join(path, '%s-00000-of-00002' % split), good[:5] + bad[:2])
+    _write_records(os.path.join(path, '%s-00001-of-00002' % split), good[5:] + bad[2:])
+  return path
+
+
+def _stored_labels(data_dir: str, split: str) -> dict:
+  """{filename: stored label} read straight from the records."""
+  out = {}
+  for path in sorted(tf.io.gfile.glob(os.path.join(data_dir, split + '-*'))):
+    for record in tf.data.TFRecordDataset(path):
+      parsed = tf.io.parse_single_example(record, example_schema.FEATURE_SPEC)
+      out[parsed[example_schema.FILENAME].numpy().decode()] = int(parsed[example_schema.LABEL])
+  return out
+
+
+def _eval_input(data_dir: str, **kwargs) -> ii.ImageNetInput:
+  kwargs.setdefault('num_label_classes', NUM_CLASSES)
+  return ii.ImageNetInput(is_training=False, data_dir=data_dir, image_size=SIZE, include_filename=True, **kwargs)
+
+
+def _collect(ds: tf.data.Dataset):
+  """(filenames without padding, labels of real rows, number of padded rows, batch shapes)."""
+  names, labels, padded, shapes = [], [], 0, set()
+  for features, label in ds:
+    shapes.add((tuple(features['image'].shape), tuple(label.shape)))
+    for name, value in zip(features['filename'].numpy(), label.numpy()):
+      if name:
+        names.append(name.decode())
+        labels.append(int(value))
+      else:
+        assert value == -1
+        padded += 1
+  return names, labels, padded, shapes
+
+
+def test_training_batches_have_static_shape_and_requested_dtype(data_dir):
+  inp = ii.ImageNetInput(is_training=True, data_dir=data_dir, image_size=SIZE, num_label_classes=NUM_CLASSES,
+                         dtype=tf.bfloat16, seed=1)
+  ds = inp.input_fn({'batch_size': 5})
+  assert ds.element_spec[0].shape == (5, SIZE, SIZE, 3)
+  assert ds.element_spec[0].dtype == tf.bfloat16
+  assert ds.element_spec[1].shape == (5,) and ds.element_spec[1].dtype == tf.int32
+  for images, labels in ds.take(7):  # more than one epoch of 24 records
+    values = tf.cast(images, tf.float32).numpy()
+    assert values.min() >= 0 and values.max() <= 255
+    assert labels.numpy().min() >= 0 and labels.numpy().max() < NUM_CLASSES
+
+
+def test_basic_pipeline_yields_the_same_structure(data_dir):
+  inp = ii.ImageNetInput(is_training=True, data_dir=data_dir, image_size=SIZE, num_label_classes=NUM_CLASSES,
+                         pipeline='basic')
+  images, labels = next(iter(inp.input_fn({'batch_size': 4})))
+  assert images.shape == (4, SIZE, SIZE, 3) and images.dtype == tf.float32
+  assert labels.shape == (4,)
+
+
+@pytest.mark.parametrize('num_classes,offset', [(NUM_CLASSES, 1), (1001, 0)])
+def test_stored_labels_are_shifted_to_zero_based_unless_background_class(data_dir, num_classes, offset):
+  stored = _stored_labels(data_dir, 'validation')
+  names, labels, _, _ = _collect(_eval_input(data_dir, num_label_classes=num_classes).input_fn({'batch_size': 4}))
+  assert names and all(label == stored[name] - offset for name, label in zip(names, labels))
+
+
+def test_eval_sees_every_record_exactly_once_padded_and_in_a_fixed_order(data_dir):
+  stored = _stored_labels(data_dir, 'validation')
+  inp = _eval_input(data_dir)
+  first = _collect(inp.input_fn({'batch_size': 4}))
+  names, _, padded, shapes = first
+  assert sorted(names) == sorted(stored) and len(names) == len(set(names)) == 13
+  assert padded == 3  # 13 records in batches of 4
+  assert shapes == {((4, SIZE, SIZE, 3), (4,))}
+  assert _collect(inp.input_fn({'batch_size': 4})) == first
+
+
+def test_eval_pads_batch_count_to_a_multiple_of_the_replicas_of_a_pipeline(data_dir):
+  context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=3)
+  names, _, padded, _ = _collect(_eval_input(data_dir).input_fn({'batch_size': 2, 'context': context}))
+  assert len(names) == 13 and (len(names) + padded) % (2 * 3) == 0
+
+
+@pytest.mark.parametrize('num_pipelines', [2, 6])  # 3 validation files: file sharding, then record sharding
+def test_input_pipelines_see_disjoint_records_that_cover_the_split(data_dir, num_pipelines):
+  stored = _stored_labels(data_dir, 'validation')
+  seen = []
+  for index in range(num_pipelines):
+    context = tf.distribute.InputContext(num_pipelines, index, num_pipelines)
+    names, _, _, _ = _collect(_eval_input(data_dir).input_fn({'batch_size': 2, 'context': context}))
+    seen.append(set(names))
+  assert set().union(*seen) == set(stored)
+  assert sum(len(s) for s in seen) == len(stored)
+
+
+@pytest.mark.parametrize('num_pipelines', [2, 5])  # 4 train files
+def test_training_reads_are_sharded_disjointly(data_dir, num_pipelines):
+  inp = ii.ImageNetInput(is_training=True, data_dir=data_dir, image_size=SIZE, num_label_classes=NUM_CLASSES,
+                         seed=7)
+  files = inp.list_files()
+  seen = []
+  for index in range(num_pipelines):
+    context = tf.distribute.InputContext(num_pipelines, index, num_pipelines)
+    records = inp.read_records(files, context)
+    seen.append({tf.io.parse_single_example(r, example_schema.FEATURE_SPEC)[example_schema.FILENAME].numpy()
+                 for r in records})
+  assert sum(len(s) for s in seen) == len(set().union(*seen)) == 24
+
+
+def test_corrupt_records_are_skipped_and_counted_in_a_distributed_training_loop(corrupt_dir):
+  inp = ii.ImageNetInput(is_training=True, data_dir=corrupt_dir, image_size=SIZE, num_label_classes=NUM_CLASSES,
+                         shuffle_buffer_size=16)
+  strategy = tf.distribute.get_strategy()
+  dist = strategy.distribute_datasets_from_function(lambda ctx: inp.input_fn({'batch_size': 4, 'context': ctx}))
+  iterator = iter(dist)
+
+  @tf.function
+  def loop(steps):
+    total = tf.constant(0.0)
+    for _ in tf.range(steps):
+      images, labels = next(iterator)
+      total += tf.reduce_mean(images) + tf.cast(tf.reduce_max(labels), tf.float32)
+    return total
+
+  for _ in range(2):  # the count is readable between loops and keeps growing
+    assert np.isfinite(loop(tf.constant(8)).numpy())
+  # 14 records per epoch, 4 of them bad: 16 batches of 4 cover several epochs.
+  assert inp.skipped_records >= 8
+  assert all(count > 0 for count in inp.skipped_by_reason.values()), inp.skipped_by_reason
+
+
+def test_eval_skips_bad_records_reports_them_and_keeps_every_good_one(corrupt_dir):
+  inp = _eval_input(corrupt_dir)
+  names, _, _, shapes = _collect(inp.input_fn({'batch_size': 4}))
+  assert sorted(names) == ['good_%02d.JPEG' % i for i in range(10)]
+  assert shapes == {((4, SIZE, SIZE, 3), (4,))}
+  assert inp.skipped_records == 4
+  assert set(inp.skipped_by_reason.values()) == {1}
+
+
+def test_a_damaged_shard_ends_early_instead_of_failing(data_dir, tmp_path):
+  for path in sorted(tf.io.gfile.glob(os.path.join(data_dir, 'validation-*'))):
+    data = open(path, 'rb').read()
+    if path.endswith('00000-of-00004'):
+      data = data[:len(data) * 2 // 3]  # a truncated copy: the last records are unreadable
+    (tmp_path / os.path.basename(path)).write_bytes(data)
+  names, _, _, _ = _collect(_eval_input(str(tmp_path)).input_fn({'batch_size': 4}))
+  assert 0 < len(names) < 13 and len(set(names)) == len(names)
+
+
+def test_training_fails_clearly_instead_of_spinning_when_all_records_are_bad(tmp_path, monkeypatch):
+  monkeypatch.setattr(ii, 'MAX_CONSECUTIVE_BAD', 6)
+  _write_records(str(tmp_path / 'train-00000-of-00001'),
+                 [_example(b'not an image at all', 1, 'bad%d' % i) for i in range(4)])
+  inp = ii.ImageNetInput(is_training=True, data_dir=str(tmp_path), image_size=SIZE, num_label_classes=NUM_CLASSES)
+  with pytest.raises(tf.errors.OpError, match='records were all bad'):
+    next(iter(inp.input_fn({'batch_size': 2})))
+
+
+@pytest.mark.parametrize('mode', ['random', 'constant'])
+@pytest.mark.parametrize('data_dir_value', [None, '', 'null'])
+def test_synthetic_data_when_data_dir_is_unset(mode, data_dir_value):
+  inp = ii.ImageNetInput(is_training=True, data_dir=data_dir_value, image_size=SIZE, dtype=tf.float16,
+                         num_label_classes=NUM_CLASSES, synthetic_data=mode)
+  images, labels = next(iter(inp.input_fn({'batch_size': 3})))
+  assert images.shape == (3, SIZE, SIZE, 3) and images.dtype == tf.float16
+  assert labels.dtype == tf.int32 and 0 <= labels.numpy().min() and labels.numpy().max() < NUM_CLASSES
+  values = images.numpy().astype(np.float32)
+  assert values.min() >= 0 and values.max() <= 255
+  assert (values.max() == 0) == (mode == 'constant')
+
+
+def test_synthetic_eval_is_finite_with_ceil_images_over_global_batch_steps():
+  inp = ii.ImageNetInput(is_training=False, data_dir=None, image_size=SIZE, num_images=10, include_filename=True)
+  context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2)
+  batches = list(inp.input_fn({'batch_size': 2, 'context': context}))
+  assert len(batches) == math.ceil(10 / 4) * 2
+  assert set(batches[0][0]) == {'image', 'filename'}
+
+
+def test_missing_files_error_names_the_pattern_and_the_fix(tmp_path):
+  inp = ii.ImageNetInput(is_training=True, data_dir=str(tmp_path))
+  with pytest.raises(FileNotFoundError) as error:
+    inp.input_fn({'batch_size': 2})
+  assert os.path.join(str(tmp_path), 'train-*') in str(error.value)
+  assert 'make_fake_imagenet' in str(error.value) and 'imagenet_to_gcs' in str(error.value)
+
+
+def test_from_params_reads_the_run_params(data_dir):
+  params = {'data_dir': data_dir, 'image_size': 40, 'num_label_classes': 1001, 'precision': 'bfloat16',
+            'input_pipeline': 'basic', 'synthetic_data': 'random', 'use_cache': True, 'shuffle_buffer_size': 64,
+            'num_parallel_calls': 2, 'transpose_input': False, 'random_seed': 5, 'num_test_images': 3,
+            'num_eval_images': 13}
+  inp = ii.ImageNetInput.from_params(params, 'test')
+  assert (inp.is_training, inp.split, inp.image_size, inp.dtype, inp.pipeline) == (False, 'test', 40, tf.bfloat16,
+                                                                                 'basic')
+  assert inp.include_background_label and inp.include_filename and inp.use_cache and inp.seed == 5
+  features, labels = next(iter(inp.input_fn({'batch_size': 2})))
+  assert features['image'].shape == (2, 40, 40, 3) and labels.shape == (2,)
+
+
+def test_image_files_input_predicts_over_a_glob(tmp_path):
+  rng = np.random.default_rng(0)
+  for i, fmt in enumerate(['JPEG', 'PNG', 'JPEG']):
+    Image.fromarray(rng.integers(0, 256, (30 + i, 40, 3), dtype=np.uint8)).save(
+        str(tmp_path / ('img%d.%s' % (i, fmt.lower()))), format=fmt)
+  (tmp_path / 'broken.jpeg').write_bytes(b'\xff\xd8\xff not really')
+  inp = ii.ImageFilesInput(str(tmp_path / '*'), image_size=SIZE, dtype=tf.bfloat16)
+  names, labels, padded, shapes = _collect(inp.input_fn({'batch_size': 2}))
+  assert sorted(os.path.basename(n) for n in names) == ['img0.jpeg', 'img1.png', 'img2.jpeg']
+  assert labels == [-1, -1, -1] and padded == 1
+  assert shapes == {((2, SIZE, SIZE, 3), (2,))}
+  assert inp.skipped_records == 1
+  with pytest.raises(FileNotFoundError, match='nothing'):
+    ii.ImageFilesInput(str(tmp_path / 'nothing*.jpg')).input_fn({'batch_size': 2})

@@ -1,0 +1,73 @@
+"""Tests for tools/make_fake_imagenet.py and tools/input_benchmark.py (tiny sizes)."""
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from official_input import example_schema
+from tools import input_benchmark
+from tools import make_fake_imagenet
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_make_fake_imagenet_writes_named_shards_in_the_schema_and_labels_txt(tmp_path):
+  written = make_fake_imagenet.write_fake_imagenet(str(tmp_path), num_train=10, num_validation=3, num_test=2,
+                                                   num_shards=4, num_classes=5, min_size=20, max_size=30)
+  assert sorted(os.listdir(tmp_path)) == sorted(
+      ['labels.txt'] + ['train-%05d-of-00004' % i for i in range(4)] +
+      ['validation-%05d-of-00003' % i for i in range(3)] + ['test-%05d-of-00002' % i for i in range(2)])
+  assert [os.path.basename(p) for p in written['train']] == ['train-%05d-of-00004' % i for i in range(4)]
+  names = (tmp_path / 'labels.txt').read_text().splitlines()
+  assert len(names) == 5
+  records = list(tf.data.TFRecordDataset(written['train']))
+  assert len(records) == 10
+  for record in records:
+    example = tf.train.Example.FromString(record.numpy())
+    assert {example_schema.ENCODED, example_schema.LABEL, example_schema.FORMAT, example_schema.FILENAME,
+            example_schema.HEIGHT, example_schema.WIDTH, example_schema.TEXT} <= set(example.features.feature)
+    parsed = tf.io.parse_single_example(record, example_schema.FEATURE_SPEC)
+    label = int(parsed[example_schema.LABEL])
+    assert 1 <= label <= 5  # 1-based, as the converter writes
+    assert parsed[example_schema.TEXT].numpy().decode() == names[label - 1]
+    image = tf.io.decode_jpeg(parsed[example_schema.ENCODED])
+    feature = example.features.feature
+    assert image.shape[:2] == (feature[example_schema.HEIGHT].int64_list.value[0],
+                               feature[example_schema.WIDTH].int64_list.value[0])
+    assert 20 <= image.shape[0] <= 30 and 20 <= image.shape[1] <= 30
+
+
+def test_make_fake_imagenet_is_reproducible_from_its_seed(tmp_path):
+  a = make_fake_imagenet.write_fake_imagenet(str(tmp_path / 'a'), 3, 0, num_shards=1, num_classes=4, min_size=16,
+                                             max_size=24, seed=5)
+  b = make_fake_imagenet.write_fake_imagenet(str(tmp_path / 'b'), 3, 0, num_shards=1, num_classes=4, min_size=16,
+                                             max_size=24, seed=5)
+  assert open(a['train'][0], 'rb').read() == open(b['train'][0], 'rb').read()
+
+
+def test_make_fake_imagenet_rejects_bad_sizes(tmp_path):
+  with pytest.raises(ValueError):
+    make_fake_imagenet.write_fake_imagenet(str(tmp_path), 2, 0, min_size=50, max_size=40)
+
+
+def test_input_benchmark_measures_every_row_and_formats_the_table(tmp_path):
+  make_fake_imagenet.write_fake_imagenet(str(tmp_path), 8, 0, num_shards=2, num_classes=3, min_size=24,
+                                         max_size=32)
+  results = input_benchmark.run_benchmark(str(tmp_path), batch_size=2, image_size=16, num_batches=2,
+                                          warmup_batches=1, repeats=1)
+  assert set(results) == set(input_benchmark.ROWS)
+  assert all(r['img_s'] > 0 and r['cpu_ms'] >= 0 for r in results.values())
+  table = input_benchmark.format_table(results, 4)
+  assert 'optimized / decode ceiling' in table and 'optimized / basic' in table
+
+
+def test_input_benchmark_cli_writes_fake_data_when_data_dir_is_unset():
+  out = subprocess.run(
+      [sys.executable, '-m', 'tools.input_benchmark', '--num_fake_images=8', '--batch_size=2', '--image_size=16',
+       '--num_batches=1', '--warmup_batches=1', '--repeats=1'],
+      cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  for row in input_benchmark.ROWS:
+    assert row in out.stdout

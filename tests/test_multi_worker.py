@@ -1,0 +1,159 @@
+"""Multi-worker training: 2 real worker processes on 127.0.0.1 (MultiWorkerMirroredStrategy) through resnet_main.
+
+What is shown, and why this way:
+- Two workers end with bit-identical trainable weights, and equal (rtol 1e-4) to a single process training the same
+  global batch on the same data. Batch norm normalises per replica (as in the reference: no cross-replica BN), so
+  the data is designed (tests/helpers/designed_data.py) for every replica's batch statistics to equal the global
+  batch's while the workers' (image, label) pairs differ; see that module for the argument.
+- With real TFRecords, each worker reads its own files (BN moving means differ between the workers, which proves
+  different data) while the trainable weights stay identical; only the chief writes to the shared model_dir.
+- BN moving statistics are per worker and never all-reduced (Keras BN variables have aggregation 'none'); the
+  chief's go into the checkpoint, as the reference's TPUEstimator kept core 0's.
+
+model_dir: all workers get the SAME model_dir (shared storage such as GCS in a real cluster). The chief writes
+checkpoints, summaries, params.yaml and exports there; the others only read it to resume (so they must see it) and
+write their throw-away checkpoint copies to a private temp dir, which is deleted at exit.
+"""
+import glob
+import json
+import os
+import re
+import time
+
+import numpy as np
+import pytest
+
+from tests.helpers import cli
+from tests.helpers import designed_data
+from tests.helpers import procs
+
+TIMEOUT = 300  # for all processes of a test together; typically 30-60 s on 2 busy cores
+STEPS = 4
+# MultiWorkerMirroredStrategy's class is named CollectiveAllReduceStrategy.
+MWMS_LOG = re.compile(r'Strategy: (MultiWorkerMirrored|CollectiveAllReduce)Strategy with 2 replica\(s\)')
+
+
+def _load(path: str) -> dict:
+  with np.load(path) as data:
+    return {k: data[k] for k in data.files}
+
+
+def _weights(dump: dict, prefix: str = 'w:') -> dict:
+  return {k[len(prefix):]: v for k, v in dump.items() if k.startswith(prefix)}
+
+
+def _is_moving_stat(name: str) -> bool:
+  return 'moving_mean' in name or 'moving_variance' in name
+
+
+def _max_abs_diff(a: dict, b: dict, keys) -> float:
+  return max(float(np.max(np.abs(a[k] - b[k]))) for k in keys)
+
+
+def _start_all(runs, tmp_path):
+  """Starts every (name, args, env) at once; returns {name: Proc} once all exit 0.
+
+  One shared deadline; the first failure ends the wait (a dead worker makes its peer fail or hang).
+  """
+  with procs.processes() as started:
+    by_name = {}
+    for name, args, env in runs:
+      by_name[name] = procs.Proc(args, str(tmp_path / f'{name}.log'), env)
+      started.append(by_name[name])
+    deadline = time.time() + TIMEOUT
+    while any(p.poll() is None for p in by_name.values()):
+      failed = [n for n, p in by_name.items() if p.poll() not in (None, 0)]
+      if failed or time.time() > deadline:
+        logs = ''.join(f'\n--- {n} (exit {p.poll()}) ---\n{p.tail(2500)}' for n, p in by_name.items())
+        raise AssertionError(f'failed: {failed}, or not done within {TIMEOUT} s:{logs}')
+      time.sleep(0.2)
+    failed = [n for n, p in by_name.items() if p.poll() != 0]
+    assert not failed, ''.join(f'\n--- {n} (exit {by_name[n].poll()}) ---\n{by_name[n].tail()}' for n in failed)
+    return by_name
+
+
+def test_designed_data_differs_per_worker_but_has_the_global_batch_statistics():
+  (x0, y0), (x1, y1) = designed_data.per_worker_batches(seed=7, steps=STEPS, global_batch=8, image_size=32,
+                                                        num_classes=4)
+  for s in range(STEPS):
+    pairs0 = {(x0[s][i].tobytes(), int(y0[s][i])) for i in range(4)}
+    pairs1 = {(x1[s][i].tobytes(), int(y1[s][i])) for i in range(4)}
+    assert not pairs0 & pairs1  # no worker-1 example is a worker-0 example
+    both = np.concatenate([x0[s], x1[s]])
+    np.testing.assert_allclose(both.mean(axis=0), x0[s].mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(both.var(axis=0), x1[s].var(axis=0), rtol=1e-4)
+
+
+def test_two_workers_agree_with_each_other_and_with_a_single_process(tmp_path):
+  """--worker_hosts/--task_index, --strategy=multi_worker_mirrored, shared model_dir, vs --strategy=one_device."""
+  hosts = ','.join(f'127.0.0.1:{p}' for p in procs.free_ports(2))
+  shared_dir, single_dir = tmp_path / 'multi', tmp_path / 'single'
+  common = ('--mode=train', f'--train_steps={STEPS}', '--iterations_per_loop=2', '--base_learning_rate=1.6',
+            '--lr_schedule=cosine', '--lr_warmup_epochs=0')
+  worker_tmp = tmp_path / 'worker1_tmp'
+  worker_tmp.mkdir()
+  runs = []
+  for i in range(2):
+    env = procs.base_env(DUMP_PATH=str(tmp_path / f'w{i}.npz'), DUMP_SEED='7', DESIGNED_DATA=str(STEPS),
+                         TMPDIR=str(worker_tmp if i else tmp_path))
+    runs.append((f'worker{i}', cli.MAIN_DUMP + list(cli.TINY) + list(common) + [
+        f'--model_dir={shared_dir}', '--strategy=multi_worker_mirrored', f'--worker_hosts={hosts}',
+        f'--task_index={i}'], env))
+  env = procs.base_env(DUMP_PATH=str(tmp_path / 'single.npz'), DUMP_SEED='7', DESIGNED_DATA=str(STEPS))
+  runs.append(('single', cli.MAIN_DUMP + list(cli.TINY) + list(common) + [
+      f'--model_dir={single_dir}', '--strategy=one_device'], env))
+  started = _start_all(runs, tmp_path)
+
+  w0, w1, single = (_load(str(tmp_path / f'{n}.npz')) for n in ('w0', 'w1', 'single'))
+  assert [int(d['global_step']) for d in (w0, w1, single)] == [STEPS] * 3
+  assert bool(w0['is_chief']) and not bool(w1['is_chief'])
+  assert int(w0['num_replicas']) == int(w1['num_replicas']) == 2 and int(single['num_replicas']) == 1
+  assert MWMS_LOG.search(started['worker0'].log()) and MWMS_LOG.search(started['worker1'].log())
+
+  a, b, s = _weights(w0), _weights(w1), _weights(single)
+  assert sorted(a) == sorted(b) == sorted(s) and len(a) > 100
+  trainable = [k for k in a if not _is_moving_stat(k)]
+  moving = [k for k in a if _is_moving_stat(k)]
+  # Same start everywhere, and training moved the weights far beyond the tolerance used below.
+  assert _max_abs_diff(_weights(w0, 'init:'), _weights(single, 'init:'), a) == 0.0
+  assert _max_abs_diff(a, _weights(w0, 'init:'), trainable) > 1e-2
+  for k in trainable:  # gradients are all-reduced: the workers apply the same update bit for bit
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  for k in moving:     # per-worker BN statistics: equal here only because the data is designed so
+    np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+  diff = _max_abs_diff(a, s, a)
+  print(f'\nmax |w_multi - w_single| over {len(a)} weights: {diff:.3g} '
+        f'(trainable {_max_abs_diff(a, s, trainable):.3g}, BN moving stats {_max_abs_diff(a, s, moving):.3g})')
+  for k in a:
+    np.testing.assert_allclose(a[k], s[k], rtol=1e-4, atol=1e-5, err_msg=f'{k}: multi-worker vs single process')
+
+  # Only the chief wrote to the shared model_dir; the non-chief's throw-away checkpoints are gone.
+  assert cli.checkpoint_steps(str(shared_dir)) == [STEPS]
+  assert cli.global_step_of(str(shared_dir / 'model.ckpt-4')) == STEPS
+  assert not glob.glob(str(worker_tmp / 'resnet-worker-ckpt-*'))
+
+
+def test_workers_read_different_tfrecord_files_and_stay_in_sync(tmp_path):
+  """TF_CONFIG set by hand and --strategy=auto: auto-detects the cluster; each worker reads its own shard."""
+  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=32, num_validation=8, num_shards=2)
+  model_dir = tmp_path / 'model'
+  ports = procs.free_ports(2)
+  cluster = {'worker': [f'127.0.0.1:{p}' for p in ports]}
+  runs = []
+  for i in range(2):
+    env = procs.base_env(DUMP_PATH=str(tmp_path / f'w{i}.npz'),
+                         TF_CONFIG=json.dumps({'cluster': cluster, 'task': {'type': 'worker', 'index': i}}))
+    runs.append((f'worker{i}', cli.MAIN_DUMP + list(cli.TINY) + [
+        '--mode=train', '--strategy=auto', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=2',
+        '--iterations_per_loop=1', '--save_checkpoints_steps=2', '--base_learning_rate=1.6'], env))
+  started = _start_all(runs, tmp_path)
+  for i in range(2):
+    assert MWMS_LOG.search(started[f'worker{i}'].log())
+  a, b = (_weights(_load(str(tmp_path / f'w{i}.npz'))) for i in range(2))
+  trainable = [k for k in a if not _is_moving_stat(k)]
+  for k in trainable:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  # Different images per worker: the per-worker BN moving means differ.
+  assert _max_abs_diff(a, b, [k for k in a if 'moving_mean' in k]) > 1e-3
+  assert cli.checkpoint_steps(str(model_dir)) == [2] and (model_dir / 'params.yaml').exists()
+  assert not [f for f in os.listdir(model_dir) if 'tmp' in f or 'temp' in f or 'worker' in f]
