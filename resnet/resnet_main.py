@@ -278,7 +278,12 @@ def main(argv) -> None:
     sys.exit(f'error: {e}')
   except tf.errors.OpError as e:  # raised inside the input pipeline or the step: data or config mismatch
     logging.error('%s', e.message)
-    sys.exit(f'error: {_op_error_summary(e)}')
+    print(f'error: {_op_error_summary(e)}', file=sys.stderr)
+    # tf.data threads may still be inside the pipeline's Python hook; a normal interpreter shutdown can wait
+    # on them forever, so leave at once (checkpoints are already on disk or were never written).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
   if mode in ('train', 'train_and_eval'):
     _print_profile_verdict(params)
     print(f'TensorBoard logs: tensorboard --logdir {params.model_dir}')
