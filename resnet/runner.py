@@ -440,10 +440,10 @@ class Runner:
       @tf.function
       def any_stop():
         votes = strategy.run(lambda: tf.cast(flag.read_value(), tf.int32))
-        return strategy.reduce(tf.distribute.ReduceOp.MAX, votes, axis=None)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)  # > 0: someone asked
 
       self._stop_all_reduce = any_stop
-    return bool(self._stop_all_reduce().numpy())
+    return int(self._stop_all_reduce().numpy()) > 0
 
   def _num_workers(self) -> int:
     extended = getattr(self.strategy, 'extended', None)
