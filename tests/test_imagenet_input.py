@@ -46,7 +46,7 @@ def corrupt_dir(tmp_path_factory):
   truncated = _jpeg(99)
   bad = [_example(b'garbage bytes, not an image', 3, 'garbage.JPEG'),
          _example(truncated[:len(truncated) // 2], 3, 'truncated.JPEG'),
-         _example(_jpeg(98), NUM_CLASSES + 5, 'bad_label.JPEG'),
+         _example(_jpeg(98), 0, 'bad_label.JPEG'),  # stored 0: no label (background)
          b'this is not a tf.train.Example']
   for split in ('train', 'validation'):
     _write_records(os.path.join(path, '%s-00000-of-00002' % split), good[:5] + bad[:2])
@@ -261,3 +261,14 @@ def test_image_files_input_predicts_over_a_glob(tmp_path):
   assert inp.skipped_records == 1
   with pytest.raises(FileNotFoundError, match='nothing'):
     ii.ImageFilesInput(str(tmp_path / 'nothing*.jpg')).input_fn({'batch_size': 2})
+
+
+def test_a_label_beyond_num_label_classes_is_an_error_naming_the_fix(tmp_path):
+  good = [_example(_jpeg(i), 1 + i % NUM_CLASSES, 'good_%02d.JPEG' % i) for i in range(6)]
+  _write_records(str(tmp_path / 'train-00000-of-00001'),
+                 good + [_example(_jpeg(7), NUM_CLASSES + 5, 'extra_class.JPEG')])
+  source = ii.ImageNetInput(is_training=True, data_dir=str(tmp_path), image_size=32, num_label_classes=NUM_CLASSES,
+                            shuffle_buffer_size=1)
+  with pytest.raises(tf.errors.OpError, match=r"'extra_class.JPEG' has a label >= num_label_classes"):
+    for _ in source.input_fn({'batch_size': 7}).take(3):
+      pass
