@@ -205,6 +205,7 @@ class DecodeConfig:
   check_labels: bool           # False for unlabelled data (test split, raw files)
   full_decode: bool = False    # basic pipeline: decode whole JPEGs, then crop
   parallel_iterations: int = 1  # images of one batch decoded concurrently (tf.map_fn)
+  min_crop_area: float = resnet_preprocessing.AREA_RANGE[0]  # training random crop
 
   @property
   def image_shape(self) -> Tuple[int, int, int]:
@@ -232,7 +233,7 @@ def record_status(encoded: tf.Tensor, labels: tf.Tensor, cfg: DecodeConfig) -> t
 
 def _preprocess(encoded: tf.Tensor, cfg: DecodeConfig) -> tf.Tensor:
   return resnet_preprocessing.preprocess_image(encoded, cfg.is_training, cfg.image_size, tf.float32,
-                                               full_decode=cfg.full_decode)
+                                               full_decode=cfg.full_decode, min_crop_area=cfg.min_crop_area)
 
 
 def _pad_to_batch(batch: Dict[str, tf.Tensor], batch_size: int) -> Dict[str, tf.Tensor]:
@@ -420,6 +421,7 @@ class ImageNetInput:
                image_size: int = resnet_preprocessing.IMAGE_SIZE, num_label_classes: int = 1000,
                dtype: tf.DType = tf.float32, pipeline: str = 'optimized', use_cache: bool = False,
                shuffle_buffer_size: int = 1024, num_parallel_calls: int = -1, synthetic_data: str = 'random',
+               min_crop_area: float = resnet_preprocessing.AREA_RANGE[0],
                include_filename: bool = False, seed: Optional[int] = None, num_images: Optional[int] = None):
     split = split or default_split(is_training)
     if split not in SPLITS:
@@ -440,6 +442,7 @@ class ImageNetInput:
     self.pipeline = pipeline
     self.use_cache = use_cache
     self.shuffle_buffer_size = int(shuffle_buffer_size)
+    self.min_crop_area = float(min_crop_area)
     self.num_parallel_calls = int(num_parallel_calls)
     self.synthetic_data = synthetic_data
     self.include_filename = include_filename
@@ -465,6 +468,7 @@ class ImageNetInput:
         pipeline=params.get('input_pipeline', 'optimized'),
         use_cache=bool(params.get('use_cache', False)),
         shuffle_buffer_size=params.get('shuffle_buffer_size', 1024),
+        min_crop_area=params.get('min_crop_area', resnet_preprocessing.AREA_RANGE[0]),
         num_parallel_calls=params.get('num_parallel_calls', -1),
         synthetic_data=params.get('synthetic_data', 'random'),
         include_filename=split == 'test',
@@ -518,7 +522,7 @@ class ImageNetInput:
         source=TFRECORD_SOURCE, is_training=self.is_training, image_size=self.image_size, dtype=self.dtype,
         batch_size=batch_size, label_offset=0 if self.include_background_label else 1,
         num_classes=self.num_label_classes, check_labels=self.split != 'test', full_decode=full_decode,
-        parallel_iterations=1 if full_decode else DECODE_PARALLEL_ITERATIONS)
+        parallel_iterations=1 if full_decode else DECODE_PARALLEL_ITERATIONS, min_crop_area=self.min_crop_area)
 
   def read_records(self, files: Sequence[str], context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
     """Serialized records for this pipeline: sharded by file (or by record when files are few), then read."""

@@ -62,7 +62,7 @@ def center_crop_window(shape: tf.Tensor, image_size: int) -> tf.Tensor:
   return tf.stack([offset_y, offset_x, crop, crop])
 
 
-def random_crop_window(shape: tf.Tensor, image_size: int) -> tf.Tensor:
+def random_crop_window(shape: tf.Tensor, image_size: int, min_area: float = AREA_RANGE[0]) -> tf.Tensor:
   """[offset_y, offset_x, h, w] of an Inception-style random crop; the centre crop when the sampler gives up.
 
   The whole image is the bounding box (ImageNet boxes are ignored, as in the reference). When no attempt meets the
@@ -74,7 +74,7 @@ def random_crop_window(shape: tf.Tensor, image_size: int) -> tf.Tensor:
       bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], tf.float32, [1, 1, 4]),
       min_object_covered=MIN_OBJECT_COVERED,
       aspect_ratio_range=ASPECT_RATIO_RANGE,
-      area_range=AREA_RANGE,
+      area_range=(min_area, AREA_RANGE[1]),
       max_attempts=MAX_ATTEMPTS,
       use_image_if_no_bounding_boxes=True)
   window = tf.stack([begin[0], begin[1], size[0], size[1]])
@@ -122,9 +122,10 @@ def resize(image: tf.Tensor, image_size: int, method: str = EVAL_RESIZE_METHOD) 
 
 
 def preprocess_for_train(image_bytes: tf.Tensor, image_size: int = IMAGE_SIZE, full_decode: bool = False,
-                         method: str = TRAIN_RESIZE_METHOD) -> tf.Tensor:
+                         method: str = TRAIN_RESIZE_METHOD, min_crop_area: float = AREA_RANGE[0]) -> tf.Tensor:
   """Random crop, resize, random left-right flip: float32 [S, S, 3] in 0..255."""
-  image = decode_and_crop(image_bytes, lambda shape: random_crop_window(shape, image_size), full_decode)
+  image = decode_and_crop(image_bytes, lambda shape: random_crop_window(shape, image_size, min_crop_area),
+                          full_decode)
   image = resize(image, image_size, method)
   return tf.image.random_flip_left_right(image)
 
@@ -138,7 +139,7 @@ def preprocess_for_eval(image_bytes: tf.Tensor, image_size: int = IMAGE_SIZE, fu
 
 def preprocess_image(image_bytes: tf.Tensor, is_training: bool, image_size: int = IMAGE_SIZE,
                      dtype: tf.DType = tf.float32, full_decode: bool = False,
-                     method: Optional[str] = None) -> tf.Tensor:
+                     method: Optional[str] = None, min_crop_area: float = AREA_RANGE[0]) -> tf.Tensor:
   """Encoded image bytes (scalar string; JPEG, PNG, GIF or BMP) -> [S, S, 3] of ``dtype``, values 0..255.
 
   Works eagerly, in tf.data and in a tf.function (the SavedModel's serving function calls it with
@@ -146,7 +147,7 @@ def preprocess_image(image_bytes: tf.Tensor, is_training: bool, image_size: int 
   defaults to bilinear for training and bicubic for eval (see TRAIN_RESIZE_METHOD).
   """
   if is_training:
-    image = preprocess_for_train(image_bytes, image_size, full_decode, method or TRAIN_RESIZE_METHOD)
+    image = preprocess_for_train(image_bytes, image_size, full_decode, method or TRAIN_RESIZE_METHOD, min_crop_area)
   else:
     image = preprocess_for_eval(image_bytes, image_size, full_decode, method or EVAL_RESIZE_METHOD)
   image = tf.ensure_shape(image, [image_size, image_size, 3])

@@ -34,6 +34,7 @@ RESNET_CFG = {
     'synthetic_data': 'random',         # random | constant, used when data_dir is unset
     'use_cache': False,
     'shuffle_buffer_size': 1024,
+    'min_crop_area': 0.08,              # smallest random-crop area (fraction of the image) in training
     'num_parallel_calls': -1,           # -1 = AUTOTUNE
     'transpose_input': False,
     # --- optimisation ---
@@ -99,6 +100,8 @@ RESNET_RESTRICTIONS = [
     'label_smoothing < 1',
     'weight_decay >= 0',
     'dropblock_size > 0',
+    'min_crop_area > 0',
+    'min_crop_area <= 1',
     'predict_top_k > 0',
     'profile_every_n_steps >= 0',
     'tpu_profile_duration > 0',

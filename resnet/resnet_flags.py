@@ -54,6 +54,8 @@ _PARAM_HELP: Dict[str, str] = {
     'synthetic_data': "'random' or 'constant': synthetic input used when --data_dir is unset.",
     'use_cache': 'Cache the decoded training set in host RAM (ImageNet needs ~150 GB).',
     'shuffle_buffer_size': 'Shuffle buffer (records) of the training set.',
+    'min_crop_area': 'Smallest area (fraction of the image) of the training random crop; raise it (e.g. 0.35) '
+                     'when objects are small or few classes differ by detail.',
     'num_parallel_calls': 'Parallel decode/preprocess calls; -1 = tf.data AUTOTUNE.',
     'transpose_input': "Reference TPU infeed transpose trick (HWCN); not useful with TF2's TPUStrategy.",
     # optimisation

@@ -117,3 +117,10 @@ def test_image_format_ok_flags_garbage_and_accepts_images():
   ok = rp.image_format_ok(tf.constant(samples)).numpy()
   assert list(ok) == [True, True, False, False, False]
   assert bool(rp.image_format_ok(tf.constant(samples[0])))
+
+
+def test_min_crop_area_bounds_the_training_crop():
+  shape = tf.constant([200, 300, 3])
+  for _ in range(30):
+    _, _, h, w = [int(v) for v in rp.random_crop_window(shape, 64, min_area=0.5).numpy()]
+    assert h * w >= 0.5 * 200 * 300 * 0.98 or (h, w) == (175, 175)  # or the centre-crop fallback

@@ -21,7 +21,7 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', 'demo_out', 'Where the images, records, run and export go.')
-flags.DEFINE_integer('images_per_class', 160, 'Images drawn per class.')
+flags.DEFINE_integer('images_per_class', 320, 'Images drawn per class.')
 flags.DEFINE_integer('num_classes', 4, 'Classes drawn (circles, squares, triangles, stripes, ...).')
 flags.DEFINE_multi_string('param_overrides', [], 'Extra overrides for the training run, e.g. train_steps=50.')
 flags.DEFINE_boolean('fresh', True, 'Start from an empty run directory (False resumes an earlier demo run).')
