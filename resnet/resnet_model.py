@@ -20,6 +20,9 @@ Why it looks the way it does:
   the *base* keep prob kp(t) (see ``scheduled_dropblock_keep_prob``); group g then uses 1 - (1 - kp) / 4^(4 - g).
   The variable exists only when DropBlock is on and is not part of the TF1 mapping (the reference had none).
 
+Batch norm is ``FusedBatchNormalization``: Keras' BN semantics and variables computed by TF's fused kernel, because
+Keras 3's unfused BN was ~1/3 of a CPU training step.
+
 Known differences from the reference: Keras BN updates the moving variance with the biased batch variance (TF1's
 fused BN applies Bessel's correction, a factor n/(n-1) with n = batch*H*W >= thousands, i.e. < 0.1%); the head
 Dropout (if any) keeps a Keras RNG state variable that is not a TF1 variable; the dense layer computes in float32.
@@ -150,6 +153,47 @@ class DropBlock(keras.layers.Layer):
     return input_shape
 
 
+@keras.saving.register_keras_serializable(package='resnet')
+class FusedBatchNormalization(keras.layers.BatchNormalization):
+  """keras.layers.BatchNormalization computed by TF's fused kernel: same variables, names, results and checkpoints.
+
+  Why: Keras 3's BN (TF backend) is unfused -- upcast to float32, ``tf.nn.moments``, ``tf.nn.batch_normalization``,
+  downcast -- a dozen ops per layer forward and backward, ~1/3 of a ResNet-50 training step on CPU.
+  ``FusedBatchNormV3`` (oneDNN on CPU, cuDNN on GPU, XLA on TPU) takes the bf16/fp16 activations with float32
+  statistics directly; measured on 2 Zen 5 cores, ResNet-50 training at 224 runs 1.6-1.7x faster (fp32 and bf16).
+  The kernel's batch variance carries Bessel's correction n/(n-1); it is undone so the moving variance stays Keras'
+  (biased) one. Masks, renorm, synchronized BN and non-4D inputs fall back to Keras' implementation.
+  """
+
+  def call(self, inputs, training=None, mask=None):
+    rank = len(inputs.shape)
+    axis = (self.axis if isinstance(self.axis, int) else self.axis[0]) % max(rank, 1)
+    if (mask is not None or self.renorm or self.synchronized or rank != 4 or axis not in (1, 3)
+        or self.compute_dtype == 'float64'):
+      return super().call(inputs, training=training, mask=mask)
+    x = tf.cast(inputs, self.compute_dtype)
+    channels = x.shape[axis]
+    gamma = tf.cast(self.gamma, tf.float32) if self.scale else tf.ones([channels], tf.float32)
+    beta = tf.cast(self.beta, tf.float32) if self.center else tf.zeros([channels], tf.float32)
+    data_format = 'NHWC' if axis == 3 else 'NCHW'
+    if training and self.trainable:
+      empty = tf.constant([], tf.float32)
+      y, mean, variance, _, _, _ = tf.raw_ops.FusedBatchNormV3(
+          x=x, scale=gamma, offset=beta, mean=empty, variance=empty, epsilon=self.epsilon,
+          exponential_avg_factor=1.0, data_format=data_format, is_training=True)
+      count = tf.cast(tf.size(x) // channels, tf.float32)
+      variance = variance * (count - 1.0) / tf.maximum(count, 1.0)  # unbiased -> biased, as Keras
+      decay = self.momentum
+      self.moving_mean.assign(self.moving_mean * decay + mean * (1.0 - decay))
+      self.moving_variance.assign(self.moving_variance * decay + variance * (1.0 - decay))
+      return y
+    y, _, _, _, _, _ = tf.raw_ops.FusedBatchNormV3(
+        x=x, scale=gamma, offset=beta, mean=tf.cast(self.moving_mean, tf.float32),
+        variance=tf.cast(self.moving_variance, tf.float32), epsilon=self.epsilon, data_format=data_format,
+        is_training=False)
+    return y
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Builder: owns the TF1 name counters and the shared layer settings.
 
@@ -192,7 +236,7 @@ class _Builder:
   def bn(self, x, relu: bool = True, zero_gamma: bool = False):
     name = self._tf1_name('batch_normalization', self.num_bns)
     self.num_bns += 1
-    x = keras.layers.BatchNormalization(
+    x = FusedBatchNormalization(
         axis=self.channel_axis, momentum=self.bn_momentum, epsilon=self.bn_epsilon,
         gamma_initializer='zeros' if zero_gamma else 'ones', dtype=self.dtype, name=name)(x)
     if relu:

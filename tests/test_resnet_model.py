@@ -485,3 +485,20 @@ def test_model_report_prints_one_row_per_depth():
   assert 'GFLOPs @224' in table
   assert '|    50 | bottleneck |     25.557 |' in table
   assert len(table.splitlines()) == 2 + len(DEPTHS)
+
+
+@pytest.mark.parametrize('axis', [3, 1])
+def test_fused_batch_norm_matches_keras_batch_norm(axis):
+  x = np.random.RandomState(0).randn(4, 6, 6, 5).astype('float32') * 3 + 1
+  if axis == 1:
+    x = np.transpose(x, [0, 3, 1, 2])
+  fused = rm.FusedBatchNormalization(axis=axis, momentum=0.9, epsilon=1e-5)
+  plain = keras.layers.BatchNormalization(axis=axis, momentum=0.9, epsilon=1e-5)
+  for layer in (fused, plain):
+    layer.build(x.shape)
+    layer.gamma.assign(np.linspace(0.5, 1.5, 5))
+    layer.beta.assign(np.linspace(-1, 1, 5))
+  np.testing.assert_allclose(fused(x, training=True), plain(x, training=True), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(fused.moving_mean, plain.moving_mean, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(fused.moving_variance, plain.moving_variance, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(fused(x, training=False), plain(x, training=False), rtol=1e-4, atol=1e-4)
