@@ -149,3 +149,14 @@ def test_training_a_tiny_resnet_lowers_the_loss(tmp_path):
   first = runner.train(input_fn, max_steps=10)['loss']
   last = runner.train(input_fn, max_steps=60)['loss']
   assert last < 0.6 * first, (first, last)
+
+
+def test_train_with_periodic_profiling_writes_captures_and_prints_the_verdict(records, tmp_path):
+  """The real runner and CLI: --profile_every_n_steps=2 over 6 steps gives captures under plugins/profile."""
+  model_dir = str(tmp_path / 'prof')
+  proc = run_main('--mode=train', f'--data_dir={records}', f'--model_dir={model_dir}', '--train_steps=6',
+                  '--num_train_images=32', '--profile_every_n_steps=2', '--tpu_profile_duration=1', *TINY)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  runs = tf.io.gfile.glob(os.path.join(model_dir, 'plugins', 'profile', '*', '*.xplane.pb'))
+  assert len(runs) >= 2, runs  # first due capture after the compile loop, then every 2 steps, never overlapping
+  assert 'Verdict:' in proc.stdout, proc.stdout[-2000:]
