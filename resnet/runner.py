@@ -496,14 +496,7 @@ class Runner:
     Metrics are exact sums over every example (weights mask padding), reduced over replicas; results also go
     to TensorBoard (``model_dir/<name>``) and, atomically replaced, to ``model_dir/<name>_results.json``.
     """
-    self.build(ModeKeys.EVAL)
-    path = checkpoint_path or self.latest_checkpoint()
-    if path is None and not self._has_trained():
-      raise NoCheckpointError(
-          f'No checkpoint in {self.model_dir} to evaluate: train first (--mode=train or train_and_eval), '
-          f'point --model_dir at a trained run, or pass --eval_checkpoint.')
-    if path is not None and path != self._synced_checkpoint:
-      self.restore(path)
+    path = self._load_weights(ModeKeys.EVAL, checkpoint_path, 'evaluate')
     if self._eval_step is None:
       self._eval_step = self._make_eval_step()
     start = time.time()
@@ -528,20 +521,26 @@ class Runner:
                         {**results, 'checkpoint': path or ''})
     return results
 
+  def _load_weights(self, mode: str, checkpoint_path: Optional[str], what: str) -> Optional[str]:
+    """Builds ``mode``'s objects and restores ``checkpoint_path`` (default: the latest) unless the variables
+    already hold it (e.g. right after training). No checkpoint and no training is a NoCheckpointError."""
+    self.build(mode)
+    path = checkpoint_path or self.latest_checkpoint()
+    if path is None and not self._has_trained():
+      raise NoCheckpointError(
+          f'No checkpoint in {self.model_dir} to {what}: train first (--mode=train or train_and_eval), '
+          f'point --model_dir at a trained run, or pass --eval_checkpoint.')
+    if path is not None and path != self._synced_checkpoint:
+      self.restore(path)
+    return path
+
   def _has_trained(self) -> bool:
     return ModeKeys.TRAIN in self._built_modes and int(self.global_step.numpy()) > 0
 
   # ------------------------------------------------------------------------------------------------ predict
   def predict(self, input_fn: Callable, checkpoint_path: Optional[str] = None) -> Iterator[Dict[str, Any]]:
     """Yields one dict of numpy values per example (padding included: the caller knows its own marker)."""
-    self.build(ModeKeys.PREDICT)
-    path = checkpoint_path or self.latest_checkpoint()
-    if path is None and not self._has_trained():
-      raise NoCheckpointError(
-          f'No checkpoint in {self.model_dir} to predict with: train first or pass --model_dir of a '
-          f'trained run.')
-    if path is not None and path != self._synced_checkpoint:
-      self.restore(path)
+    self._load_weights(ModeKeys.PREDICT, checkpoint_path, 'predict with')
     params = self._params_for(ModeKeys.PREDICT, self.config.predict_batch_size)
     strategy = self.strategy
 
@@ -574,12 +573,7 @@ class Runner:
     The export is written under a temporary name and renamed when complete; an existing version directory
     is never overwritten.
     """
-    self.build(ModeKeys.PREDICT)
-    path = checkpoint_path or self.latest_checkpoint()
-    if path is None and not self._has_trained():
-      raise NoCheckpointError(f'No checkpoint in {self.model_dir} to export: train first.')
-    if path is not None and path != self._synced_checkpoint:
-      self.restore(path)
+    self._load_weights(ModeKeys.PREDICT, checkpoint_path, 'export')
     params = self._params_for(ModeKeys.PREDICT, self.config.predict_batch_size)
     module = tf.Module()
     # Only what prediction uses (the model, not the optimizer and its slots: half the size for ResNet).
