@@ -16,7 +16,37 @@ from keras import ops
 import tensorflow as tf
 
 
-class TF1Momentum(keras.optimizers.Optimizer):
+class ReplicaSumOptimizer(keras.optimizers.Optimizer):
+  """An optimizer that can take gradients already summed over replicas (``gradients_summed=True``).
+
+  Keras sums the gradients over replicas inside ``apply_gradients``, after a LossScaleOptimizer has decided on
+  each replica's own local gradients whether they are finite. When one replica overflows and another does not,
+  the replicas then disagree: MirroredStrategy applies Inf to every weight, and under XLA or several workers the
+  replicas take different branches around a collective and hang. A train step that sums the gradients itself, then
+  applies them here, gives every replica the same gradients and so the same verdict.
+  """
+
+  def __init__(self, *args, gradients_summed: bool = False, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.gradients_summed = gradients_summed
+
+  def _all_reduce_sum_gradients(self, grads_and_vars):  # Keras' TF-backend hook, called in apply_gradients
+    if self.gradients_summed:
+      return list(grads_and_vars)
+    return super()._all_reduce_sum_gradients(grads_and_vars)
+
+
+def sum_over_replicas(gradients):
+  """The gradients summed over every replica (all workers), the same tensors on each; None entries stay None."""
+  context = tf.distribute.get_replica_context()
+  present = [g for g in gradients if g is not None]
+  if context is None or not present:
+    return list(gradients)
+  summed = iter(context.all_reduce(tf.distribute.ReduceOp.SUM, present))
+  return [None if g is None else next(summed) for g in gradients]
+
+
+class TF1Momentum(ReplicaSumOptimizer):
   """Momentum SGD with TF1 ``MomentumOptimizer`` update rules (Nesterov optional)."""
 
   def __init__(self, learning_rate=0.1, momentum: float = 0.9, nesterov: bool = True,
@@ -81,7 +111,7 @@ def _exclusion_predicate(exclude) -> Callable[[str], bool]:
   return lambda path: any(s in path for s in substrings)
 
 
-class LARSMomentum(keras.optimizers.Optimizer):
+class LARSMomentum(ReplicaSumOptimizer):
   """Momentum SGD with layer-wise adaptive rate scaling (You, Gitman, Ginsburg 2017), as TF1 contrib's LARS.
 
   Per variable ``w`` with gradient ``g``, unless ``exclude_from_layer_adaptation(w.path)``:

@@ -61,12 +61,13 @@ def learning_rate(step: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
 
 def build_optimizer(params: Mapping[str, Any], model: keras.Model) -> keras.optimizers.Optimizer:
   # The step assigns the learning rate once per step (the same value the summaries show).
-  if params['enable_lars']:
+  # The train step sums the gradients over replicas itself (see optimizers.ReplicaSumOptimizer).
+  if params['enable_lars']:  # the reference's LARS has no Nesterov variant: use_nesterov is for momentum only
     optimizer = optimizers.LARSMomentum(learning_rate=0.0, momentum=params['momentum'],
-                                        weight_decay=params['weight_decay'], nesterov=params['use_nesterov'])
+                                        weight_decay=params['weight_decay'], nesterov=False, gradients_summed=True)
   else:
     optimizer = optimizers.TF1Momentum(learning_rate=0.0, momentum=params['momentum'],
-                                       nesterov=params['use_nesterov'])
+                                       nesterov=params['use_nesterov'], gradients_summed=True)
   if params['precision'] == 'float16':
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
   # Build slots now, eagerly: Keras 3 creates them lazily, which fails inside a distributed tf.function.
@@ -86,8 +87,10 @@ def averaged_weights(scope: ObjectScope) -> Callable[[], ContextManager]:
   return context
 
 
-def _weight_decay(model: keras.Model, weight_decay: float) -> tf.Tensor:
-  if not weight_decay:
+def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
+  """The loss's L2 term; none under LARS, which applies the weight decay itself (so eval's loss equals train's)."""
+  weight_decay = params['weight_decay']
+  if not weight_decay or params['enable_lars']:
     return tf.constant(0.0, tf.float32)
   return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32))
                                   for v in resnet_model.weight_decay_variables(model)])
@@ -141,7 +144,7 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
   return EstimatorSpec(mode, eval_metrics={
       'top_1_accuracy': (tf.reduce_sum(top_1 * weights), count),
       'top_5_accuracy': (tf.reduce_sum(top_5 * weights), count),
-      'loss': (tf.reduce_sum((per_example + _weight_decay(model, params['weight_decay'])) * weights), count),
+      'loss': (tf.reduce_sum((per_example + _weight_decay(model, params)) * weights), count),
   })
 
 
@@ -160,13 +163,14 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor,
   with tf.GradientTape() as tape:
     logits = model(images, training=True)
     ce = tf.reduce_sum(_per_example_loss(logits, labels, params)) / global_batch  # this replica's share
-    # LARS applies weight decay itself. Otherwise each replica adds its share, so that the sum over replicas is
-    # exactly one weight-decay term.
-    wd = 0.0 if params['enable_lars'] else _weight_decay(model, params['weight_decay'])
-    loss = ce + wd / params['num_replicas_in_sync']
+    # Each replica adds its share of the weight decay, so that the sum over replicas is exactly one term.
+    loss = ce + _weight_decay(model, params) / params['num_replicas_in_sync']
     scaled = optimizer.scale_loss(loss) if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else loss
   variables = model.trainable_variables
-  optimizer.apply_gradients(zip(tape.gradient(scaled, variables), variables))
+  # Summed here, before a loss-scale optimizer looks at them: every replica then judges the same gradients
+  # finite or not, and applies or skips the step together.
+  gradients = optimizers.sum_over_replicas(tape.gradient(scaled, variables))
+  optimizer.apply_gradients(zip(gradients, variables))
   ema = moving_average(scope)
   if ema is not None:
     ema.update(step + 1)  # the reference's num_updates: the global step after this update

@@ -157,3 +157,39 @@ def test_workers_read_different_tfrecord_files_and_stay_in_sync(tmp_path):
   assert _max_abs_diff(a, b, [k for k in a if 'moving_mean' in k]) > 1e-3
   assert cli.checkpoint_steps(str(model_dir)) == [2] and (model_dir / 'params.yaml').exists()
   assert not [f for f in os.listdir(model_dir) if 'tmp' in f or 'temp' in f or 'worker' in f]
+
+
+def test_float16_overflow_on_one_worker_skips_the_step_on_both(tmp_path):
+  """Worker 1's step-1 images overflow float16: both workers skip that step together (before the fix worker 0
+  applied it and waited forever in the gradient all-reduce worker 1 never joined) and halve the loss scale; the
+  result equals a single process that trained only step 0."""
+  hosts = ','.join(f'127.0.0.1:{p}' for p in procs.free_ports(2))
+  common = ('--mode=train', '--iterations_per_loop=1', '--base_learning_rate=1.6', '--lr_schedule=cosine',
+            '--lr_warmup_epochs=0', '--precision=float16')
+  runs = []
+  for i in range(2):
+    env = procs.base_env(DUMP_PATH=str(tmp_path / f'w{i}.npz'), DUMP_SEED='7', DESIGNED_DATA='2',
+                         OVERFLOW_STEP='1')
+    runs.append((f'worker{i}', cli.MAIN_DUMP + list(cli.TINY) + list(common) + [
+        '--train_steps=2', f'--model_dir={tmp_path / "multi"}', '--strategy=multi_worker_mirrored',
+        f'--worker_hosts={hosts}', f'--task_index={i}'], env))
+  env = procs.base_env(DUMP_PATH=str(tmp_path / 'single.npz'), DUMP_SEED='7', DESIGNED_DATA='2')
+  runs.append(('single', cli.MAIN_DUMP + list(cli.TINY) + list(common) + [
+      '--train_steps=1', f'--model_dir={tmp_path / "single"}', '--strategy=one_device'], env))
+  _start_all(runs, tmp_path)
+
+  w0, w1, single = (_load(str(tmp_path / f'{n}.npz')) for n in ('w0', 'w1', 'single'))
+  assert int(w0['global_step']) == int(w1['global_step']) == 2
+  # Step 0 finite (the scale stays), step 1 overflowed on worker 1 only: both halve it.
+  assert float(w0['loss_scale']) == float(w1['loss_scale']) == float(single['loss_scale']) / 2
+  a, b, s = _weights(w0), _weights(w1), _weights(single)
+  trainable = [k for k in a if not _is_moving_stat(k)]
+  for k in trainable:
+    assert np.isfinite(a[k]).all(), k
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  # float16 arithmetic differs between 2 x 4 and 1 x 8 images, so compare distances: the workers' weights are far
+  # closer to one step of training than one step is to the start (a second step would move them as far again).
+  init = _weights(w0, 'init:')
+  norm = lambda x, y: np.sqrt(sum(float(np.sum((x[k] - y[k]) ** 2)) for k in trainable))
+  print(f'\n|multi - single(1 step)| = {norm(a, s):.4g}, |single - init| = {norm(s, init):.4g}')
+  assert norm(a, s) < 0.1 * norm(s, init)

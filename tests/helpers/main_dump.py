@@ -9,6 +9,8 @@ Environment (all optional):
                   every process; seeding earlier would initialise TF's context before MultiWorkerMirroredStrategy).
   DESIGNED_DATA   'steps' (int): train on tests.helpers.designed_data instead of ImageNetInput.
   LOGICAL_CPUS    split the CPU into this many logical devices first (MirroredStrategy on one machine).
+  OVERFLOW_STEP   with DESIGNED_DATA: at this (0-based) step, input pipeline 1 (worker 1) gets images of 1e6, which
+                  overflow float16 on that worker only.
 
 Why a wrapper: the multi-worker test needs the weights of the NON-chief worker, whose checkpoints go to a private
 temporary directory; everything else runs exactly the code path of the CLI.
@@ -66,14 +68,32 @@ def _patch() -> None:
         self.input_fn = designed_data.make_input_fn(
             int(os.environ.get('DUMP_SEED', '0')), steps, params.train_batch_size, params.image_size,
             params.num_label_classes)
+        if os.environ.get('OVERFLOW_STEP'):
+          self.input_fn = _overflowing(self.input_fn, int(os.environ['OVERFLOW_STEP']))
 
     resnet_main.input_source = lambda params, split: DesignedSource(params)
+
+
+def _overflowing(input_fn, step: int):
+  def overflowing_input_fn(params):
+    dataset = input_fn(params)
+    context = params.get('context')
+    if context is None or context.input_pipeline_id != 1:
+      return dataset
+
+    def maybe_overflow(index, element):
+      images, labels = element
+      return tf.where(tf.equal(index, step), tf.fill(tf.shape(images), 1e6), images), labels
+    return dataset.enumerate().map(maybe_overflow)
+  return overflowing_input_fn
 
 
 def _dump(path: str) -> None:
   runner: Estimator = _captured['runner']
   model = runner.scope.get('model')
-  np.savez(path, global_step=np.array(int(runner.global_step.numpy())), is_chief=np.array(runner.is_chief),
+  optimizer = runner.scope.get('optimizer')
+  scale = getattr(optimizer, 'dynamic_scale', None)
+  np.savez(path, loss_scale=np.array(float(scale.numpy()) if scale is not None else np.nan), global_step=np.array(int(runner.global_step.numpy())), is_chief=np.array(runner.is_chief),
            num_replicas=np.array(runner.num_replicas),
            **{'w:' + v.path: np.asarray(v.numpy()) for v in model.weights},
            **{'init:' + k: v for k, v in _captured.get('initial', {}).items()})
