@@ -148,7 +148,11 @@ def read_dataset_info(data_dir: Optional[str], labels_file: Optional[str] = None
 
 
 def _data_value(info: DatasetInfo, key: str) -> Optional[int]:
-  return info.num_classes if key == 'num_label_classes' else info.split_images(SPLIT_PARAMS[key])
+  """The data's value for a param; a split of 0 images (converted without a test/ folder) is no split at all, so
+  it leaves the param unset rather than setting a count that no mode could run with."""
+  if key == 'num_label_classes':
+    return info.num_classes
+  return info.split_images(SPLIT_PARAMS[key]) or None
 
 
 def _tolerated(key: str, value: int, data_value: int) -> Optional[str]:

@@ -20,11 +20,10 @@ Design, and why:
   (no ``decode_and_crop``), no parallelism, no prefetch, tf.data autotuning and injected parallelism switched off.
   It does the same work and has the same bad-record handling; nothing is slowed down on purpose.
 
-Counting skipped records: a ``numpy_function`` hook in a ``filter`` after decoding, called only for batches that had
-bad records (and for every batch in eval, to count records), updates a thread-safe Python counter. Read it between
-training loops with ``ImageNetInput.skipped_records`` / ``skipped_by_reason``. It works inside ``tf.function`` loops
-and with ``distribute_datasets_from_function`` in the same process; it cannot run where Python is absent (a remote
-tf.data service worker).
+Counting skipped records: a ``filter`` after decoding counts each batch's records by status in TF ops
+(``accounting.py``: resource variables, C++ logging, assertions), so the dataset holds no Python op and runs on TPU
+hosts without a Python interpreter. Read the counts between training loops with
+``ImageNetInput.skipped_records`` / ``skipped_by_reason``.
 
 Damaged shards (an interrupted copy, a flipped bit): TFRecord framing errors stop ``TFRecordDataset`` with a
 DataLoss error at the bad record, and the rest of that file is unreadable. The pipeline checks two things:
@@ -49,13 +48,15 @@ import concurrent.futures
 import dataclasses
 import math
 import os
-import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
-import numpy as np
 import tensorflow as tf
 
+from official_input import accounting
+from official_input.accounting import (  # pylint: disable=unused-import (the pipeline's public names)
+    BAD_FORMAT, BAD_LABEL, END_OF_DATA, OK, REASONS, TOO_MANY_CLASSES, UNDECODABLE, UNPARSEABLE, DataLossError,
+    InputAccounting, ReadReport)
 from official_input import dataset_info as dataset_info_lib
 from official_input import example_schema
 from official_input import resnet_preprocessing
@@ -65,17 +66,6 @@ SPLITS = ('train', 'validation', 'test')
 PIPELINES = ('optimized', 'basic')
 SYNTHETIC_MODES = ('random', 'constant')
 
-# Per-record status codes, carried through the pipeline for the skip counter.
-OK = 0
-BAD_FORMAT = 1    # empty, or not JPEG/PNG/GIF/BMP/WebP bytes
-BAD_LABEL = 2     # label missing or outside [0, num_label_classes)
-UNDECODABLE = 3   # the decoder failed (truncated or corrupt image)
-UNPARSEABLE = 4   # not a tf.train.Example, or an unreadable file
-END_OF_DATA = 5   # eval/predict sentinel: the data is exhausted, log the summary
-TOO_MANY_CLASSES = 6  # label >= num_label_classes: a config mismatch, not a bad record -> an error, never a skip
-REASONS = {BAD_FORMAT: 'not an image', BAD_LABEL: 'label out of range', UNDECODABLE: 'undecodable image',
-           UNPARSEABLE: 'unparseable record'}
-
 # Reading: TFRecord read buffer (the reference's 8 MiB) and at most this many files read in parallel.
 READ_BUFFER_BYTES = 8 * 1024 * 1024
 MAX_READ_CYCLE = 16
@@ -83,9 +73,6 @@ MAX_READ_CYCLE = 16
 DECODE_PARALLEL_ITERATIONS = 1
 # Training: fail instead of spinning forever when this many records in a row are bad (wrong data or config).
 MAX_CONSECUTIVE_BAD = 1000
-# Each bad record is logged with its filename, the first LOG_FIRST_BAD of them, then every LOG_BAD_EVERY-th.
-LOG_FIRST_BAD = 100
-LOG_BAD_EVERY = 1000
 NULL_DATA_DIRS = (None, '', 'null', 'None')
 IMAGENET_CLASSES_WITH_BACKGROUND = 1001
 # Bytes a TFRecord adds around each record: uint64 length, its masked CRC32C, and the data's masked CRC32C.
@@ -97,27 +84,6 @@ ACCOUNT_BLOCK_RECORDS = 32
 STAT_THREADS = 16
 # Salt of the per-record augmentation seeds, so they differ from other streams seeded with the same random_seed.
 AUGMENT_SEED_SALT = 0x5EED
-REPAIR_HINT = 'Re-copy the shard from its source, or re-convert it with `python -m tools.imagenet_to_gcs`.'
-SKIP_NOTE = 'Skipping the lost records (fail_on_data_loss=True makes this an error).'
-
-
-class DataLossError(ValueError):
-  """A shard is damaged (truncated, corrupt or not the size summary.json recorded) and fail_on_data_loss is set."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ReadReport:
-  """One finished eval/predict pass: records read from the shards vs summary.json's count, and what was dropped."""
-  read: int
-  expected: Optional[int]   # None when summary.json does not record the split's shards or size
-  good: int
-  bad: int                  # skipped bad records (undecodable, not an image, label out of range, unparseable)
-  lost: int                 # records lost in damaged shards (known only with summary.json's per-shard counts)
-
-  def __str__(self) -> str:
-    expected = f' of {self.expected} expected (summary.json)' if self.expected is not None else ''
-    return (f'read {self.read} records{expected}: {self.good} good, {self.bad} bad skipped, '
-            f'{self.lost} lost in damaged shards')
 
 
 def has_background_class(num_label_classes: int, num_data_classes: Optional[int] = None) -> bool:
@@ -142,140 +108,6 @@ def default_split(is_training: bool) -> str:
 
 def num_cpus() -> int:
   return os.cpu_count() or 1
-
-
-class SkipStats:
-  """Thread-safe counts of skipped and lost records, fed from inside tf.data (via tf.numpy_function).
-
-  ``report`` takes the status of decoded batches (bad records); ``report_file`` takes each shard's record count and
-  bytes read when the reader reaches its end (damaged shards).
-  """
-
-  def __init__(self, name: str = 'input', fail_after_consecutive_bad: Optional[int] = None,
-               fail_on_data_loss: bool = False):
-    self._name = name
-    self._fail_after = fail_after_consecutive_bad
-    self.fail_on_data_loss = fail_on_data_loss
-    self._lock = threading.Lock()
-    self._by_reason = {code: 0 for code in REASONS}
-    self._consecutive_bad = 0
-    self._pass_good = 0
-    self._pass_bad = 0
-    self._pass_read = 0
-    self._pass_lost = 0
-    self._lost = 0
-    self._damaged: Dict[str, Optional[int]] = {}
-    # Records one eval/predict pass should read (summary.json), set when the pipeline is built.
-    self.expected_records: Optional[int] = None
-    self.last_read: Optional[ReadReport] = None
-    # tf.numpy_function's registry holds only a weak reference; these keep the hooks alive as long as the stats,
-    # even if TF drops the graph that first referenced them (dataset rewrites by tf.distribute).
-    self.report_fn = self.report
-    self.report_file_fn = self.report_file
-
-  @property
-  def skipped(self) -> int:
-    with self._lock:
-      return sum(self._by_reason.values())
-
-  @property
-  def by_reason(self) -> Dict[str, int]:
-    with self._lock:
-      return {REASONS[code]: count for code, count in self._by_reason.items()}
-
-  @property
-  def lost(self) -> int:
-    with self._lock:
-      return self._lost
-
-  @property
-  def damaged(self) -> Dict[str, Optional[int]]:
-    with self._lock:
-      return dict(self._damaged)
-
-  def report(self, status: np.ndarray, names: np.ndarray) -> np.bool_:
-    """Called per reported batch with the status and filename of each record; returns "keep this batch"."""
-    status = np.asarray(status).reshape(-1)
-    if status.size == 1 and status[0] == END_OF_DATA:
-      self._log_end_of_data()
-      return np.bool_(False)
-    too_many = np.flatnonzero(status == TOO_MANY_CLASSES)
-    if too_many.size:
-      name = names[too_many[0]].decode('utf-8', 'replace') if too_many[0] < len(names) else ''
-      raise ValueError(
-          f'{self._name}: record {name!r} has a label >= num_label_classes: the data has more classes than the '
-          f'model. Set num_label_classes to the number of classes in labels.txt (stored labels are 1-based; '
-          f'1001 keeps a background class 0).')
-    bad = np.flatnonzero(status != OK)
-    num_good = int(status.size - bad.size)
-    with self._lock:
-      for i in bad:
-        self._by_reason[int(status[i])] += 1
-      self._pass_good += num_good
-      self._pass_bad += int(bad.size)
-      self._consecutive_bad = 0 if num_good else self._consecutive_bad + int(bad.size)
-      consecutive_bad = self._consecutive_bad
-      total = sum(self._by_reason.values())
-    for n, i in enumerate(bad):
-      count = total - bad.size + n + 1
-      if count <= LOG_FIRST_BAD or count % LOG_BAD_EVERY == 0:
-        name = names[i].decode('utf-8', 'replace') if i < len(names) else ''
-        logging.warning('%s: skipping record %r: %s (%d skipped so far%s)', self._name, name,
-                        REASONS[int(status[i])], count,
-                        '' if count < LOG_FIRST_BAD else '; logging every %d-th from now' % LOG_BAD_EVERY)
-    if self._fail_after and consecutive_bad >= self._fail_after:
-      raise ValueError(
-          '%s: the last %d records were all bad (%s). Check data_dir and num_label_classes (stored labels are '
-          '1-based; 1000 classes means labels 1..1000).' % (self._name, consecutive_bad, self.by_reason))
-    return np.bool_(num_good > 0)
-
-  def report_file(self, path: bytes, count: np.int64, consumed: np.int64, size: np.int64,
-                  expected: np.int64) -> np.bool_:
-    """Called once per shard read to its end: records read, bytes they span, file size, records expected (-1 unknown).
-
-    Returns False (the end-of-file marker is dropped). A shard is damaged when the reader stopped before its last
-    byte, or read fewer records than summary.json recorded; raises DataLossError then if fail_on_data_loss is set.
-    """
-    path = path.decode('utf-8', 'replace') if isinstance(path, bytes) else str(path)
-    count, consumed, size, expected = int(count), int(consumed), int(size), int(expected)
-    lost = max(0, expected - count) if expected >= 0 else None
-    stopped_early = consumed < size
-    with self._lock:
-      self._pass_read += count
-    if expected >= 0 and count > expected and not stopped_early:
-      logging.warning('%s: %s holds %d records but summary.json says %d: summary.json belongs to another '
-                      'conversion; re-copy it with the shards.', self._name, path, count, expected)
-    if not stopped_early and not lost:
-      return np.bool_(False)
-    if stopped_early:
-      why = (f'reading stopped at byte {consumed} of {size} at a record with a bad length or checksum (a '
-             'truncated copy or corrupt data)')
-    else:
-      why = f'the file ends cleanly after {count} records but summary.json says {expected}'
-    if lost is None:
-      what = 'records after that point were lost (how many is unknown: summary.json has no count for this shard)'
-    else:
-      what = f'{lost} of {expected} records lost'
-    message = f'{self._name}: damaged shard {path}: {why}; read {count} records, {what}.'
-    if self.fail_on_data_loss:
-      raise DataLossError(f'{message} {REPAIR_HINT}')
-    with self._lock:
-      self._lost += lost or 0
-      self._pass_lost += lost or 0
-      self._damaged[path] = lost
-    logging.warning('%s %s %s', message, SKIP_NOTE, REPAIR_HINT)
-    return np.bool_(False)
-
-  def _log_end_of_data(self) -> None:
-    with self._lock:
-      report = ReadReport(read=self._pass_read, expected=self.expected_records, good=self._pass_good,
-                          bad=self._pass_bad, lost=self._pass_lost)
-      self._pass_good = self._pass_bad = self._pass_read = self._pass_lost = 0
-      self.last_read = report
-    short = report.expected is not None and report.read != report.expected
-    log = logging.warning if (report.bad or report.lost or short) else logging.info
-    log('%s: finished the data: %s%s', self._name, report,
-        (' (all time: %s)' % self.by_reason) if report.bad else '')
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -500,19 +332,13 @@ def end_of_data_element(cfg: DecodeConfig) -> Dict[str, tf.Tensor]:
           'record_name': tf.constant([''])}
 
 
-def report_filter(stats: SkipStats, report_every_batch: bool) -> Callable[[Dict[str, tf.Tensor]], tf.Tensor]:
-  """A filter predicate that reports bad records to ``stats`` and drops batches without any good record."""
+def report_filter(stats: InputAccounting, context: Optional[tf.distribute.InputContext]
+                  ) -> Callable[[Dict[str, tf.Tensor]], tf.Tensor]:
+  """A filter predicate that counts each batch's bad records (TF ops) and drops batches without a good record."""
+  counters = stats.pipeline(context_ids(context)[0])
+
   def _predicate(batch: Dict[str, tf.Tensor]) -> tf.Tensor:
-    status = batch['status']
-    needs_report = tf.reduce_any(tf.not_equal(status, OK))
-    if report_every_batch:
-      needs_report = tf.constant(True)
-
-    def _report() -> tf.Tensor:
-      keep = tf.numpy_function(stats.report_fn, [status, batch['record_name']], tf.bool, stateful=True)
-      return tf.reshape(keep, [])
-
-    return tf.cond(needs_report, _report, lambda: tf.constant(True))
+    return stats.count_batch(counters, batch['status'], batch['record_name'])
   return _predicate
 
 
@@ -559,7 +385,8 @@ def check_batch_size(params: Mapping[str, Any]) -> int:
   return batch_size
 
 
-def read_accounted(path: tf.Tensor, size: tf.Tensor, expected: tf.Tensor, stats: SkipStats) -> tf.data.Dataset:
+def read_accounted(path: tf.Tensor, size: tf.Tensor, expected: tf.Tensor, stats: InputAccounting,
+                   pipeline_id: int = 0) -> tf.data.Dataset:
   """The records of one TFRecord file, reporting at its end how many were read and how many bytes they span.
 
   A framing error (bad length or CRC, a cut in mid-record) stops ``TFRecordDataset`` at that record; ignoring the
@@ -570,12 +397,13 @@ def read_accounted(path: tf.Tensor, size: tf.Tensor, expected: tf.Tensor, stats:
   Cost: the sums run over blocks of ACCOUNT_BLOCK_RECORDS records (batch, one scan step, unbatch) instead of a
   function call per record. Measured (CPU time, 110 KB records, busy 2-core machine): bare read 85-98 us per record,
   accounted read 87-112 us, i.e. ~10 us, 1-2% of a training image's decode and crop; a per-record scan and filter
-  cost ~100 us. The one Python call (``stats.report_file``) happens once per file.
+  cost ~100 us. ``stats.count_file`` (TF ops) runs once per file.
   """
   blocks = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES).ignore_errors().batch(ACCOUNT_BLOCK_RECORDS)
   # batch() never yields an empty block, so an empty one marks the end of the file; unbatch() then yields nothing.
   marked = blocks.concatenate(tf.data.Dataset.from_tensors(tf.zeros([0], tf.string)))
   zero = tf.constant(0, tf.int64)
+  counters = stats.pipeline(pipeline_id)
 
   def _account(state: Tuple[tf.Tensor, tf.Tensor], block: tf.Tensor) -> Tuple[Tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
     count, consumed = state
@@ -583,7 +411,7 @@ def read_accounted(path: tf.Tensor, size: tf.Tensor, expected: tf.Tensor, stats:
     consumed += tf.reduce_sum(tf.cast(tf.strings.length(block), tf.int64) + TFRECORD_FRAMING_BYTES)
 
     def _report() -> tf.Tensor:
-      return tf.numpy_function(stats.report_file_fn, [path, count, consumed, size, expected], tf.bool, stateful=True)
+      return stats.count_file(counters, path, count, consumed, size, expected)
 
     reported = tf.cond(tf.equal(tf.size(block), 0), _report, lambda: tf.constant(False))
     with tf.control_dependencies([reported]):
@@ -663,8 +491,8 @@ class ImageNetInput:
     self.num_images = num_images
     self.fast_decode = fast_decode
     # Training repeats forever: all-bad data would spin silently, so fail after a long run of bad records.
-    self._stats = SkipStats('%s input' % split, MAX_CONSECUTIVE_BAD if is_training else None,
-                            fail_on_data_loss=fail_on_data_loss)
+    self._stats = InputAccounting('%s input' % split, MAX_CONSECUTIVE_BAD if is_training else None,
+                                  fail_on_data_loss=fail_on_data_loss)
     self._info_cache: Optional[Tuple[str, Optional[dataset_info_lib.DatasetInfo]]] = None
 
   @classmethod
@@ -791,8 +619,8 @@ class ImageNetInput:
   def _data_loss(self, message: str) -> None:
     """An up-front finding about damaged or missing shards: an error with fail_on_data_loss, else a warning."""
     if self.fail_on_data_loss:
-      raise DataLossError(f'{message} {REPAIR_HINT}')
-    logging.warning('%s %s %s', message, SKIP_NOTE, REPAIR_HINT)
+      raise DataLossError(f'{message} {accounting.REPAIR_HINT}')
+    logging.warning('%s %s %s', message, accounting.SKIP_NOTE, accounting.REPAIR_HINT)
 
   def check_listed_shards(self, files: Sequence[str]) -> None:
     """Compares the split's shard names with summary.json: a listed shard that is missing loses its records."""
@@ -858,6 +686,10 @@ class ImageNetInput:
     """
     index, count, _ = context_ids(context)
     files, shard_records = shard_files(files, index, count)
+    if count > 1 and self._takes_first_records():
+      # The first N records of the sorted files, each exactly once: every pipeline reads them in the same order
+      # and keeps its every count-th (file shards differ in size, so a per-pipeline share would miss records).
+      files, shard_records = list(self._all_files), True
     if shard_records:
       logging.info('%d %s files for %d input pipelines: every pipeline reads all files and keeps every %d-th '
                    'record (pipeline %d)', len(files), self.split, count, count, index)
@@ -877,7 +709,7 @@ class ImageNetInput:
     stats = self._stats
 
     def _read(path: tf.Tensor, size: tf.Tensor, expected_records: tf.Tensor) -> tf.data.Dataset:
-      return read_accounted(path, size, expected_records, stats)
+      return read_accounted(path, size, expected_records, stats, index)
 
     if basic:
       records = file_ds.flat_map(_read)
@@ -887,17 +719,32 @@ class ImageNetInput:
       cycle = max(1, min(len(files), MAX_READ_CYCLE, width))
       records = file_ds.interleave(_read, cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE,
                                    deterministic=deterministic)
+    if count > 1 and self._takes_first_records():
+      records = records.take(self.num_images)
     if shard_records:
       records = records.shard(count, index)
     return records
 
+  def _takes_first_records(self) -> bool:
+    """Eval/predict of the first num_images records, fewer than the split holds (or its size is unknown)."""
+    if self.is_training or not self.num_images:
+      return False
+    info = self.dataset_info()
+    total = info.split_images(self.split) if info is not None else None
+    return total is None or self.num_images < total
+
   def record_dataset(self, batch_size: int, context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
     files = self.list_files()
+    self._all_files = files
     self.check_listed_shards(files)
     records = self.read_records(files, context)
-    if not self.is_training and self.num_images:  # num_eval_images / num_test_images: the first N records
-      share = -(-self.num_images // context_ids(context)[1])
-      records = records.take(share)
+    index, count, _ = context_ids(context)
+    if not self.is_training and self.num_images and count == 1:  # num_eval/test_images: the first N records
+      records = records.take(self.num_images)
+      if self._stats.expected_records is not None:
+        self._stats.expected_records = min(self._stats.expected_records, self.num_images)
+    elif not self.is_training and self.num_images and self._takes_first_records():
+      share = len(range(index, self.num_images, count))
       if self._stats.expected_records is not None:
         self._stats.expected_records = min(self._stats.expected_records, share)
     if self.use_cache:
@@ -942,7 +789,7 @@ class ImageNetInput:
     return ds.prefetch(AUTOTUNE)
 
 
-def build_batches(records: tf.data.Dataset, cfg: DecodeConfig, stats: SkipStats, include_filename: bool,
+def build_batches(records: tf.data.Dataset, cfg: DecodeConfig, stats: InputAccounting, include_filename: bool,
                   context: Optional[tf.distribute.InputContext], pipeline: str = 'optimized',
                   num_parallel_calls: int = -1) -> tf.data.Dataset:
   """Raw records -> decoded, counted, padded output batches (shared by TFRecords and raw image files)."""
@@ -962,7 +809,7 @@ def build_batches(records: tf.data.Dataset, cfg: DecodeConfig, stats: SkipStats,
                                 deterministic=deterministic)
   if not cfg.is_training:
     batches = batches.concatenate(tf.data.Dataset.from_tensors(end_of_data_element(cfg)))
-  batches = batches.filter(report_filter(stats, report_every_batch=not cfg.is_training))
+  batches = batches.filter(report_filter(stats, context))
   ds = batches.map(lambda b: to_outputs(b, include_filename))
   if not cfg.is_training:
     _, _, per_pipeline = context_ids(context)
@@ -1003,7 +850,7 @@ class ImageFilesInput:
     self.image_size = int(image_size)
     self.dtype = tf.as_dtype(dtype)
     self.num_parallel_calls = int(num_parallel_calls)
-    self._stats = SkipStats('image files input')
+    self._stats = InputAccounting('image files input')
 
   @property
   def skipped_records(self) -> int:

@@ -6,9 +6,11 @@ r"""Train, evaluate, predict with and export ResNet: the whole program, top to b
 flags -> params (defaults < --config_file < --param_overrides < explicit flags; filled from the data, validated,
 locked) -> model_dir check and params.yaml -> strategy -> Estimator(resnet_model_fn) -> one call per mode.
 """
+import contextlib
 import csv
 import logging as py_logging
 import os
+import re
 import sys
 
 if __package__ in (None, ''):  # `python resnet/resnet_main.py` from anywhere: import from the repo root.
@@ -26,6 +28,7 @@ import tensorflow as tf
 
 from official_input import imagenet_input
 from params import params_dict
+from resnet import ema as ema_lib
 from resnet import model_dir as model_dir_lib
 from resnet import resnet_flags
 from resnet import resnet_model_fn
@@ -109,8 +112,20 @@ def make_hooks(params: Params, estimator: Estimator,
 
 
 def eval_weights(estimator: Estimator):
-  """Evaluate with the moving-average weights when the run keeps them (as the reference does)."""
-  return resnet_model_fn.averaged_weights(estimator.scope) if estimator.params['moving_average_decay'] else None
+  """Evaluate with the moving-average weights when the run keeps them (as the reference does), and with the raw
+  weights, saying so, when the evaluated checkpoint has no averages (its shadows would be uninitialised)."""
+  if not estimator.params['moving_average_decay']:
+    return None
+  averaged = resnet_model_fn.averaged_weights(estimator.scope)
+
+  def context():
+    checkpoints = estimator.checkpoints
+    if checkpoints.holds_own_training or ema_lib.CHECKPOINT_NAME in checkpoints.objects_in_holds:
+      return averaged()
+    logging.warning('%s holds no moving averages although moving_average_decay=%g: evaluating its raw weights.',
+                    checkpoints.holds, estimator.params['moving_average_decay'])
+    return contextlib.nullcontext()
+  return context
 
 
 def warm_start_if_new(estimator: Estimator, params: Params) -> None:
@@ -164,7 +179,9 @@ def read_class_names(params: Params) -> List[str]:
     return []
   with tf.io.gfile.GFile(path) as f:
     names = [line.strip() for line in f if line.strip()]
-  return (['background'] if imagenet_input.has_background_class(params.num_label_classes) else []) + names
+  # The same rule as the pipeline's, with the data's own class count: one class more in the model = background 0.
+  background = imagenet_input.has_background_class(params.num_label_classes, len(names))
+  return (['background'] if background else []) + names
 
 
 def write_predictions(predictions, output: str, params: Params) -> int:
@@ -201,6 +218,9 @@ def _name(names: List[str], class_id: int) -> str:
 
 def _op_error_summary(error: tf.errors.OpError) -> str:
   """The line of a TensorFlow runtime error that says what went wrong (not 'Graph execution error:')."""
+  asserted = re.search(r'assertion failed: \[(.*?)\]\s*$', error.message, re.MULTILINE)
+  if asserted:  # the input pipeline's own checks (accounting.py) say what is wrong and what to do
+    return asserted.group(1).replace("\\'", "'")
   lines = [line.strip() for line in error.message.splitlines() if line.strip()]
   for line in lines:
     if line.split(':', 1)[0].endswith(('Error', 'Exception')) and len(line.split(':', 1)) == 2:

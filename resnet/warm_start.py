@@ -51,8 +51,8 @@ MAX_LISTED = 6
 
 Shape = Tuple[int, ...]
 # A reference (TF1) model variable, possibly under outer scopes: '<scopes/>conv2d_7/kernel'.
-_TF1_LEAF = re.compile(r'(?:^|/)((?:conv2d|batch_normalization|dense)(?:_\d+)?/'
-                       r'(?:kernel|bias|gamma|beta|moving_mean|moving_variance))$')
+_TF1_LEAF = re.compile(r'(?:^|/)((?:conv2d|batch_normalization|evonorm|dense)(?:_\d+)?/'
+                       r'(?:kernel|bias|gamma|beta|v|moving_mean|moving_variance))$')
 _DATA_SUFFIX = re.compile(r'\.data-\d{5}-of-\d{5}$')
 TF1_EMA_SUFFIX = '/ExponentialMovingAverage'
 

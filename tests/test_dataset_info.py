@@ -139,3 +139,14 @@ def test_keys_absent_from_params_and_counts_absent_from_the_data_are_left_alone(
   filled, warnings, errors = di.check_params_against(info, {'num_eval_images': None, 'num_train_images': None},
                                                      set())
   assert filled == {'num_train_images': 40} and warnings == [] and errors == []
+
+
+def test_a_split_of_zero_images_leaves_its_param_unset(tmp_path):
+  """Converted from train/ and validation/ without a test/ folder: summary.json counts 0 test images, which must
+  not become num_test_images=0 (refused by its '> 0' check in every mode, so nothing could be trained)."""
+  summary = json.loads(json.dumps(SUMMARY))
+  summary['splits']['test'] = {'images': 0, 'shards': []}
+  info = di.read_dataset_info(_data_dir(tmp_path, summary))
+  filled, warnings, errors = di.check_params_against(info, UNSET, explicitly_set=set())
+  assert filled == {'num_label_classes': 3, 'num_train_images': 40, 'num_eval_images': 6}
+  assert warnings == [] and errors == []

@@ -163,3 +163,29 @@ def test_bad_decay_is_rejected():
     ema_lib.ModelEMA(tiny_model(), 1.0)
   with pytest.raises(ValueError, match='moving_average_decay must be in'):
     ema_lib.ModelEMA(tiny_model(), 0.0)
+
+
+def test_eval_with_averages_on_a_checkpoint_without_them_evaluates_the_raw_weights(tmp_path, caplog):
+  """A checkpoint trained without moving averages, evaluated with moving_average_decay set: its raw weights,
+  with a warning, not the uninitialised shadows."""
+  import logging as py_logging  # pylint: disable=import-outside-toplevel
+  from official_input import imagenet_input  # pylint: disable=import-outside-toplevel
+  from resnet import resnet_main  # pylint: disable=import-outside-toplevel
+  from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
+  params = tiny.resnet_params(str(tmp_path / 'plain'), train_steps=2, data_dir=None, num_eval_images=4)
+
+  def eval_input(unused_params):
+    images = tf.random.stateless_uniform([4, 32, 32, 3], seed=[3, 4], maxval=255.0)
+    return tf.data.Dataset.from_tensor_slices((images, tf.constant([0, 1, 1, 0]))).batch(2)
+  plain = tiny.resnet_estimator(params)
+  plain.train(imagenet_input.ImageNetInput.from_params(params, 'train').input_fn, max_steps=2)
+  checkpoint = plain.latest_checkpoint()
+  raw = plain.evaluate(eval_input, checkpoint_path=checkpoint)
+
+  averaging = tiny.resnet_estimator(dict(params, model_dir=str(tmp_path / 'eval'), moving_average_decay=0.9))
+  with caplog.at_level(py_logging.WARNING):
+    results = averaging.evaluate(eval_input, checkpoint_path=checkpoint,
+                                 weights=resnet_main.eval_weights(averaging))
+  assert 'holds no moving averages' in caplog.text
+  for key in ('loss', 'top_1_accuracy'):
+    assert results[key] == pytest.approx(raw[key], rel=1e-5), key

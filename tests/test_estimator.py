@@ -209,10 +209,18 @@ def test_mirrored_strategy_sums_loss_over_replicas_and_averages_scalars(tmp_path
   assert results['num_examples'] == 100
 
 
-def test_batch_size_must_divide_by_replicas(tmp_path):
+def test_batch_size_must_divide_by_replicas_only_in_the_modes_a_run_uses(tmp_path):
   strategy = two_device_strategy()
-  with pytest.raises(ValueError, match='not divisible'):
-    make_runner(tmp_path, strategy=strategy, train_batch_size=7)
+  # 6 GPUs at batch 768 with the default predict batch of 256: training must start.
+  runner = make_runner(tmp_path, strategy=strategy, train_batch_size=8, eval_batch_size=7, predict_batch_size=5)
+  runner.train(train_input, max_steps=1)
+  assert int(runner.global_step.numpy()) == 1
+  with pytest.raises(ValueError, match='eval_batch_size=7 is not divisible by the 2 replicas'):
+    runner.evaluate(eval_input)
+  with pytest.raises(ValueError, match='predict_batch_size=5 is not divisible'):
+    next(runner.predict(eval_input))
+  with pytest.raises(ValueError, match='train_batch_size=7 is not divisible'):
+    make_runner(tmp_path / 'odd', strategy=strategy, train_batch_size=7).train(train_input, max_steps=1)
 
 
 def test_request_stop_ends_training_mid_loop_with_a_checkpoint_at_that_step(tmp_path):

@@ -193,3 +193,55 @@ def test_float16_overflow_on_one_worker_skips_the_step_on_both(tmp_path):
   norm = lambda x, y: np.sqrt(sum(float(np.sum((x[k] - y[k]) ** 2)) for k in trainable))
   print(f'\n|multi - single(1 step)| = {norm(a, s):.4g}, |single - init| = {norm(s, init):.4g}')
   assert norm(a, s) < 0.1 * norm(s, init)
+
+
+def _eval_results(model_dir) -> dict:
+  with open(os.path.join(str(model_dir), 'eval_results.json')) as f:
+    return json.load(f)
+
+
+def _worker_runs(tmp_path, name, num_workers, flags, dump=True):
+  hosts = ','.join(f'127.0.0.1:{p}' for p in procs.free_ports(num_workers))
+  runs = []
+  for i in range(num_workers):
+    env = procs.base_env(DUMP_PATH=str(tmp_path / f'{name}{i}.npz')) if dump else procs.base_env()
+    runs.append((f'{name}{i}', cli.MAIN_DUMP + list(cli.TINY) + list(flags) + [
+        '--strategy=multi_worker_mirrored', f'--worker_hosts={hosts}', f'--task_index={i}'], env))
+  return runs
+
+
+def test_workers_train_and_eval_from_an_empty_model_dir_and_evaluate_every_image_once(tmp_path):
+  """3 workers alternate training and whole-split eval from an empty model_dir (each eval uses the weights the
+  workers hold, never a chief's file that may be older or not yet written); 37 validation images in uneven
+  shards (13, 13, 11: 2 files for worker 0, 1 each for the others) are each counted once, and equal a single
+  process's eval of the same checkpoint. Then 2 workers evaluate that checkpoint: the whole split, and the first
+  20 images."""
+  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=24, num_validation=37, num_shards=3)
+  model_dir = tmp_path / 'model'
+  _start_all(_worker_runs(tmp_path, 'w', 3, [
+      '--mode=train_and_eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=4',
+      '--steps_per_eval=2', '--iterations_per_loop=1', '--eval_batch_size=6', '--train_batch_size=6']), tmp_path)
+  dumps = [_load(str(tmp_path / f'w{i}.npz')) for i in range(3)]
+  assert [int(d['global_step']) for d in dumps] == [4, 4, 4]
+  weights = [_weights(d) for d in dumps]
+  for k in weights[0]:
+    if not _is_moving_stat(k):
+      np.testing.assert_array_equal(weights[0][k], weights[1][k], err_msg=k)
+      np.testing.assert_array_equal(weights[0][k], weights[2][k], err_msg=k)
+  multi = _eval_results(model_dir)
+  assert multi['num_examples'] == 37 and multi['global_step'] == 4
+
+  checkpoint = str(model_dir / 'model.ckpt-4')
+  single_dir, two_dir, first_dir = tmp_path / 'single', tmp_path / 'two', tmp_path / 'first20'
+  eval_flags = ['--mode=eval', f'--data_dir={data_dir}', f'--eval_checkpoint={checkpoint}', '--eval_batch_size=4']
+  runs = [('single', cli.MAIN + list(cli.TINY) + eval_flags + [f'--model_dir={single_dir}',
+                                                                '--strategy=one_device'], procs.base_env())]
+  runs += _worker_runs(tmp_path, 'two', 2, eval_flags + [f'--model_dir={two_dir}'], dump=False)
+  _start_all(runs, tmp_path)
+  _start_all(_worker_runs(tmp_path, 'first', 2, eval_flags + [f'--model_dir={first_dir}', '--num_eval_images=20'],
+                          dump=False), tmp_path)
+  single, two, first = (_eval_results(d) for d in (single_dir, two_dir, first_dir))
+  assert single['num_examples'] == two['num_examples'] == 37 and first['num_examples'] == 20
+  for key in ('top_1_accuracy', 'top_5_accuracy', 'loss'):
+    assert multi[key] == pytest.approx(single[key], rel=1e-4), key  # BN statistics: the chief's, as saved
+    assert two[key] == pytest.approx(single[key], rel=1e-4), key

@@ -31,7 +31,10 @@ def test_one_replica_overflowing_skips_the_step_on_every_replica(tmp_path):
   devices = tf.config.list_logical_devices('CPU')
   if len(devices) < 2:
     pytest.skip('needs two logical CPU devices (set up in conftest before TF initialises)')
-  strategy = tf.distribute.MirroredStrategy([d.name for d in devices[:2]])
+  # Reduction through one device, not collectives: collective instance keys are process-global, and another
+  # test's strategy in this process would clash with this one's.
+  strategy = tf.distribute.MirroredStrategy([d.name for d in devices[:2]],
+                                            cross_device_ops=tf.distribute.ReductionToOneDevice())
   params = tiny.resnet_params(str(tmp_path / 'run'), precision='float16', train_batch_size=4, train_steps=1)
   estimator = tiny.resnet_estimator(params, strategy)
   estimator.build('train')

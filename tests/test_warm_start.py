@@ -401,3 +401,21 @@ def test_warm_start_if_new_leaves_a_resumed_run_alone(trained, tmp_path, monkeyp
   fresh.train(synthetic_input, max_steps=1)  # restore() finds no checkpoint in the new model_dir: weights stay
   assert int(fresh.global_step.numpy()) == 1
   assert fresh.latest_checkpoint().endswith('model.ckpt-1')
+
+
+def test_a_reference_evonorm_checkpoint_restores_every_variable(tmp_path):
+  """EvoNorm models keep ``evonorm[_i]/{beta,gamma,v,moving_variance}``: the reference's names must match too."""
+  overrides = dict(norm_act_layer='evonorm_b0', pre_activation=True)
+  source_runner = make_runner(make_params(str(tmp_path / 'source'), 4, **overrides))
+  source_runner.build(ModeKeys.TRAIN)
+  rng = np.random.default_rng(5)
+  source = {name: rng.uniform(0.5, 1.5, value.shape).astype(np.float32)
+            for name, value in values(source_runner.scope.get('model')).items()}
+  assert any(name.startswith('evonorm') and name.endswith('/v') for name in source)
+  path = write_tf1_checkpoint(str(tmp_path / 'tf1' / 'model.ckpt'), source, scope='resnet_model/')
+  runner = make_runner(make_params(str(tmp_path / 'fresh'), 4, **overrides))
+  runner.build(ModeKeys.TRAIN)
+  summary = ws.warm_start(runner.scope.get('model'), path)
+  assert (summary.skipped, summary.missing) == ([], []) and sorted(summary.restored) == sorted(source)
+  for name, value in values(runner.scope.get('model')).items():
+    np.testing.assert_array_equal(value, source[name], err_msg=name)

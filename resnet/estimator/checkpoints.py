@@ -4,6 +4,7 @@ Only the chief's files count. Every worker must take part in saving (sync-on-rea
 a throw-away copy to a private temp directory that is deleted at exit (as orbit does).
 """
 import atexit
+import os
 import shutil
 import tempfile
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -39,6 +40,15 @@ class Checkpoints:
     self._manager: Optional[tf.train.CheckpointManager] = None
     self._manager_keys: Tuple[str, ...] = ()
     self.holds: Optional[str] = None  # None: nothing loaded yet; else a checkpoint path, INITIAL or TRAINED
+    self._saved_here: Optional[str] = None  # the model_dir path of this process's last save
+    # The scope objects whose values the variables hold from ``holds`` (a restore skips objects a checkpoint
+    # lacks: they keep whatever they held).
+    self.objects_in_holds: frozenset = frozenset()
+
+  @property
+  def holds_own_training(self) -> bool:
+    """Whether the variables hold this process's latest training, saved (the chief's path) or not."""
+    return self.holds == TRAINED or (self.holds is not None and self.holds == self._saved_here)
 
   def checkpoint(self) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(global_step=self._global_step, **self._objects())
@@ -64,6 +74,7 @@ class Checkpoints:
       self.holds = INITIAL
       return None
     self.checkpoint().restore(path).expect_partial()
+    self.objects_in_holds = frozenset(key.split('/', 1)[0] for key, _ in tf.train.list_variables(path))
     self.holds = path
     logging.info('Restored %s (global step %d).', path, int(self._global_step.numpy()))
     return path
@@ -77,10 +88,11 @@ class Checkpoints:
     """A checkpoint at the current global step (none written if one exists for this step)."""
     manager = self._manager_for_current_objects()
     step = int(self._global_step.numpy())
-    if manager.latest_checkpoint and checkpoint_step(manager.latest_checkpoint) == step:
-      path = manager.latest_checkpoint
-    else:
-      path = manager.save(checkpoint_number=step)
-      logging.info('Saved checkpoint %s', path)
-    self.holds = path
+    if not (manager.latest_checkpoint and checkpoint_step(manager.latest_checkpoint) == step):
+      written = manager.save(checkpoint_number=step)
+      logging.info('Saved checkpoint %s', written)
+    # Every worker names the chief's file: the workers' variables are equal, a non-chief's copy is throw-away.
+    path = os.path.join(self.model_dir, f'{CHECKPOINT_NAME}-{step}')
+    self.holds = self._saved_here = path
+    self.objects_in_holds = frozenset(self._objects())
     return path

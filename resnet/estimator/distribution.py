@@ -7,7 +7,7 @@ when a config says ``strategy: tpu``, so a TPU config runs locally for a smoke t
 import json
 import os
 import socket
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -57,6 +57,18 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return True
   resolver = strategy.cluster_resolver
   return resolver.task_type == 'chief' or (resolver.task_type == 'worker' and resolver.task_id == 0)
+
+
+def make_barrier(strategy: tf.distribute.Strategy) -> Callable[[], None]:
+  """A function that returns once every worker has called it (one all-reduce); a no-op with one worker."""
+  if num_workers(strategy) == 1:
+    return lambda: None
+
+  @tf.function
+  def all_reduce():
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1, tf.int32)), axis=None)
+
+  return lambda: all_reduce().numpy() and None
 
 
 def _tpu_visible(tpu: Optional[str]) -> bool:

@@ -63,11 +63,6 @@ class Estimator:
     self.model_dir = config.model_dir
     self.is_chief = distribution.is_chief(self.strategy)
     self.num_replicas = self.strategy.num_replicas_in_sync
-    for name in ('train_batch_size', 'eval_batch_size', 'predict_batch_size'):
-      value = getattr(config, name)
-      if value % self.num_replicas:
-        raise ValueError(f'{name}={value} is not divisible by the {self.num_replicas} replicas of '
-                         f'{type(self.strategy).__name__}; use a multiple of {self.num_replicas}.')
     if config.random_seed is not None:
       make_deterministic(config.random_seed)
     tf.io.gfile.makedirs(self.model_dir)
@@ -78,6 +73,7 @@ class Estimator:
     self.checkpoints = checkpoints_lib.Checkpoints(self.model_dir, self.is_chief, config.keep_checkpoint_max,
                                                    self.global_step, lambda: self.scope.objects)
     self.stop = StopControl(self.strategy, distribution.num_workers(self.strategy))
+    self._barrier = distribution.make_barrier(self.strategy)
     self.replica_fns = loops.ReplicaFunctions(model_fn, self.mode_params, config.jit_compile, self.strategy)
     self._mode_objects: Dict[str, frozenset] = {}   # mode -> names of the scope objects its model_fn uses
     self._train_loop: Optional[loops.TrainLoop] = None
@@ -87,8 +83,15 @@ class Estimator:
 
   # ------------------------------------------------------------------------------------------------ building
   def _global_batch(self, mode: str) -> int:
-    return {ModeKeys.TRAIN: self.config.train_batch_size, ModeKeys.EVAL: self.config.eval_batch_size,
-            ModeKeys.PREDICT: self.config.predict_batch_size}[mode]
+    """The global batch of ``mode``; checked only when the mode is used (a training run on 6 GPUs need not have
+    a predict batch that divides by 6)."""
+    name = {ModeKeys.TRAIN: 'train_batch_size', ModeKeys.EVAL: 'eval_batch_size',
+            ModeKeys.PREDICT: 'predict_batch_size'}[mode]
+    value = getattr(self.config, name)
+    if value % self.num_replicas:
+      raise ValueError(f'{name}={value} is not divisible by the {self.num_replicas} replicas of '
+                       f'{type(self.strategy).__name__}; use a multiple of {self.num_replicas}.')
+    return value
 
   def mode_params(self, mode: str) -> Dict[str, Any]:
     """The params model_fn sees in ``mode``: the run's params plus the per-replica batch and the scope."""
@@ -126,8 +129,17 @@ class Estimator:
     weights trained in this process). No checkpoint and no training is a NoCheckpointError."""
     self.build(mode)
     holds = self.checkpoints.holds
-    if checkpoint_path is None and holds == checkpoints_lib.TRAINED:
-      return None
+    if checkpoint_path is None and self.checkpoints.holds_own_training:
+      # This process's latest training, not model_dir's newest file (older, or not yet written, while the chief
+      # saves). Trainable weights are equal on every worker, but batch-norm statistics are per worker: a
+      # non-chief takes the chief's saved ones, once the chief has written them, so every worker evaluates what
+      # the checkpoint holds.
+      if holds == checkpoints_lib.TRAINED:
+        return None
+      self._barrier()  # every worker (a no-op for one): the chief has finished writing ``holds``
+      if not self.is_chief:
+        self.checkpoints.restore(holds)
+      return holds
     path = checkpoint_path or self.latest_checkpoint()
     if path is None:
       raise NoCheckpointError(
@@ -270,12 +282,13 @@ class Estimator:
     ``weights()``: a context in which the variables hold the weights to evaluate (e.g. moving averages).
     """
     path = self._load_weights(ModeKeys.EVAL, checkpoint_path, 'evaluate')
+    dataset = self.distribute(input_fn, ModeKeys.EVAL)
     if self._eval_step is None:
-      self._eval_step = loops.eval_step(self.strategy, self.replica_fns.eval())
+      self._eval_step = loops.eval_step(self.strategy, self.replica_fns.eval(), dataset.element_spec)
     start = time.time()
     totals: Dict[str, List[float]] = {}
     with (weights() if weights else contextlib.nullcontext()):
-      for element in self.distribute(input_fn, ModeKeys.EVAL):
+      for element in dataset:
         for key, (s, w) in self._eval_step(element).items():
           acc = totals.setdefault(key, [0.0, 0.0])
           acc[0] += float(s)

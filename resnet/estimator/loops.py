@@ -135,10 +135,30 @@ class TrainLoop:
     return float(loss), {k: float(v) for k, v in scalars.items()}
 
 
-def eval_step(strategy: tf.distribute.Strategy, replica_fn: Callable) -> Callable:
-  @tf.function
+def _batch_size(features: Any) -> tf.Tensor:
+  return tf.shape(tf.nest.flatten(features)[0])[0]
+
+
+def eval_step(strategy: tf.distribute.Strategy, replica_fn: Callable, element_spec: Any) -> Callable:
+  """Runs ``replica_fn`` on each replica's batch and sums the metrics over every replica and worker.
+
+  A replica whose batch is empty contributes zeros without running the model: when one worker's eval data ends
+  before another's (uneven shards), tf.distribute hands the finished worker empty batches so that it keeps
+  joining the all-reduce until every worker is done.
+  """
+  probe = tf.function(lambda element: strategy.run(replica_fn, args=split_element(element)))
+  names = sorted(probe.get_concrete_function(element_spec).structured_outputs)
+
+  def guarded(features, labels=None):
+    def zeros():
+      return {k: (tf.constant(0.0, tf.float32), tf.constant(0.0, tf.float32)) for k in names}
+    return tf.cond(_batch_size(features) > 0, lambda: replica_fn(features, labels), zeros)
+
+  # Traced once for the dataset's spec: a retrace for an empty batch would see a static batch of 0, which some
+  # Keras layers reject while tracing even in the branch that never runs.
+  @tf.function(input_signature=[element_spec])
   def step(element):
-    return reduce_sum(strategy, strategy.run(replica_fn, args=split_element(element)))
+    return reduce_sum(strategy, strategy.run(guarded, args=split_element(element)))
   return step
 
 
