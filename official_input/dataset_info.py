@@ -218,3 +218,30 @@ def check_params_against(info: DatasetInfo, params_values: Mapping[str, Any],
       filled[key] = data_value
       warnings.append(f'{key}: the default {value} replaced by {data_value} from {info.summary_path}.')
   return filled, warnings, errors
+
+
+def model_class_names(labels_path: Optional[str], num_label_classes: int) -> List[str]:
+  """Class names indexed by model class id, from labels.txt (line i = stored 1-based label i+1); [] without it.
+
+  The pipeline's background-class rule with the data's own class count: a model with one class more than
+  labels.txt lists keeps class 0 for background (so on your own data too, not only for ImageNet's 1001).
+  """
+  if not labels_path or not tf.io.gfile.exists(labels_path):
+    return []
+  with tf.io.gfile.GFile(labels_path) as f:
+    names = [line.strip() for line in f if line.strip()]
+  return (['background'] if has_background_class(num_label_classes, len(names)) else []) + names
+
+
+IMAGENET_CLASSES_WITH_BACKGROUND = 1001
+
+
+def has_background_class(num_label_classes: int, num_data_classes: Optional[int] = None) -> bool:
+  """Whether the model keeps class 0 for background, so stored 1-based labels are used as they are.
+
+  True when the model has one class more than the data (``num_data_classes``, from labels.txt/summary.json); when
+  the data's count is unknown, the ImageNet convention: 1001 = 1000 classes + background.
+  """
+  if num_data_classes is None:
+    return num_label_classes == IMAGENET_CLASSES_WITH_BACKGROUND
+  return num_label_classes == num_data_classes + 1

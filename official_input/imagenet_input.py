@@ -74,7 +74,7 @@ DECODE_PARALLEL_ITERATIONS = 1
 # Training: fail instead of spinning forever when this many records in a row are bad (wrong data or config).
 MAX_CONSECUTIVE_BAD = 1000
 NULL_DATA_DIRS = (None, '', 'null', 'None')
-IMAGENET_CLASSES_WITH_BACKGROUND = 1001
+IMAGENET_CLASSES_WITH_BACKGROUND = dataset_info_lib.IMAGENET_CLASSES_WITH_BACKGROUND
 # Bytes a TFRecord adds around each record: uint64 length, its masked CRC32C, and the data's masked CRC32C.
 TFRECORD_FRAMING_BYTES = 16
 # Records per accounting step of a shard read (read_accounted): amortises the per-step cost, bounds the extra
@@ -86,15 +86,7 @@ STAT_THREADS = 16
 AUGMENT_SEED_SALT = 0x5EED
 
 
-def has_background_class(num_label_classes: int, num_data_classes: Optional[int] = None) -> bool:
-  """Whether the model keeps class 0 for background, so stored 1-based labels are used as they are.
-
-  True when the model has one class more than the data (``num_data_classes``, from labels.txt/summary.json); when
-  the data's count is unknown, the ImageNet convention: 1001 = 1000 classes + background.
-  """
-  if num_data_classes is None:
-    return num_label_classes == IMAGENET_CLASSES_WITH_BACKGROUND
-  return num_label_classes == num_data_classes + 1
+has_background_class = dataset_info_lib.has_background_class
 
 
 def is_synthetic(data_dir: Optional[str]) -> bool:

@@ -26,12 +26,13 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from official_input import dataset_info
 from official_input import imagenet_input
 from params import params_dict
-from resnet import ema as ema_lib
 from resnet import model_dir as model_dir_lib
 from resnet import resnet_flags
 from resnet import resnet_model_fn
+from resnet import run_lock
 from resnet.estimator import distribution
 from resnet.estimator import files
 from resnet.estimator import hooks as hooks_lib
@@ -112,20 +113,7 @@ def make_hooks(params: Params, estimator: Estimator,
 
 
 def eval_weights(estimator: Estimator):
-  """Evaluate with the moving-average weights when the run keeps them (as the reference does), and with the raw
-  weights, saying so, when the evaluated checkpoint has no averages (its shadows would be uninitialised)."""
-  if not estimator.params['moving_average_decay']:
-    return None
-  averaged = resnet_model_fn.averaged_weights(estimator.scope)
-
-  def context():
-    checkpoints = estimator.checkpoints
-    if checkpoints.holds_own_training or ema_lib.CHECKPOINT_NAME in checkpoints.objects_in_holds:
-      return averaged()
-    logging.warning('%s holds no moving averages although moving_average_decay=%g: evaluating its raw weights.',
-                    checkpoints.holds, estimator.params['moving_average_decay'])
-    return contextlib.nullcontext()
-  return context
+  return resnet_model_fn.eval_weights(estimator.scope, estimator.checkpoints, estimator.params)
 
 
 def warm_start_if_new(estimator: Estimator, params: Params) -> None:
@@ -173,15 +161,8 @@ def resolve_checkpoint(path: str) -> str:
 
 
 def read_class_names(params: Params) -> List[str]:
-  """Class names indexed by model class id, from labels.txt (line i = stored 1-based label i+1)."""
   path = params.labels_file or (os.path.join(params.data_dir, 'labels.txt') if params.data_dir else None)
-  if not path or not tf.io.gfile.exists(path):
-    return []
-  with tf.io.gfile.GFile(path) as f:
-    names = [line.strip() for line in f if line.strip()]
-  # The same rule as the pipeline's, with the data's own class count: one class more in the model = background 0.
-  background = imagenet_input.has_background_class(params.num_label_classes, len(names))
-  return (['background'] if background else []) + names
+  return dataset_info.model_class_names(path, params.num_label_classes)
 
 
 def write_predictions(predictions, output: str, params: Params) -> int:
@@ -293,15 +274,20 @@ def main(argv: Any) -> None:
   mode = FLAGS.mode
   try:
     distribution.configure_cluster(params.worker_hosts, params.task_index)
-    # Refuses a model_dir that holds another model, before anything is written; training records its params.
-    model_dir_lib.check_and_record(params, record=mode in ('train', 'train_and_eval'))
-    run(mode, params)
+    training = mode in ('train', 'train_and_eval')
+    # One training run per model_dir: its chief holds the lock (the other workers are the same run).
+    lock = (run_lock.training_lock(params.model_dir) if training and distribution.is_chief_task()
+            else contextlib.nullcontext())
+    with lock:
+      # Refuses a model_dir that holds another model, before anything is written; training records its params.
+      model_dir_lib.check_and_record(params, record=training)
+      run(mode, params)
   except TrainingInterrupted as e:  # SIGTERM/SIGINT: a checkpoint was saved; a clean exit
     logging.warning('%s', e)
     print(e)
     return
   except (hooks_lib.NonFiniteLossError, FileNotFoundError, files.WriteError, model_dir_lib.ModelDirMismatch,
-          RuntimeError, ValueError) as e:
+          run_lock.ModelDirLocked, RuntimeError, ValueError) as e:
     logging.error('%s', e)
     sys.exit(f'error: {e}')
   except tf.errors.OpError as e:  # raised inside the input pipeline or the step: data or config mismatch

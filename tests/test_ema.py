@@ -170,7 +170,7 @@ def test_eval_with_averages_on_a_checkpoint_without_them_evaluates_the_raw_weigh
   with a warning, not the uninitialised shadows."""
   import logging as py_logging  # pylint: disable=import-outside-toplevel
   from official_input import imagenet_input  # pylint: disable=import-outside-toplevel
-  from resnet import resnet_main  # pylint: disable=import-outside-toplevel
+  from resnet import resnet_model_fn  # pylint: disable=import-outside-toplevel
   from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
   params = tiny.resnet_params(str(tmp_path / 'plain'), train_steps=2, data_dir=None, num_eval_images=4)
 
@@ -185,7 +185,8 @@ def test_eval_with_averages_on_a_checkpoint_without_them_evaluates_the_raw_weigh
   averaging = tiny.resnet_estimator(dict(params, model_dir=str(tmp_path / 'eval'), moving_average_decay=0.9))
   with caplog.at_level(py_logging.WARNING):
     results = averaging.evaluate(eval_input, checkpoint_path=checkpoint,
-                                 weights=resnet_main.eval_weights(averaging))
+                                 weights=resnet_model_fn.eval_weights(averaging.scope, averaging.checkpoints,
+                                                                     averaging.params))
   assert 'holds no moving averages' in caplog.text
   for key in ('loss', 'top_1_accuracy'):
     assert results[key] == pytest.approx(raw[key], rel=1e-5), key

@@ -26,6 +26,18 @@ def tf_config_workers() -> int:
   return len(cluster.get('worker', [])) + len(cluster.get('chief', []))
 
 
+def is_chief_task() -> bool:
+  """From TF_CONFIG, before any strategy exists: the chief task, or worker 0 of a cluster without one; True
+  without TF_CONFIG (one process)."""
+  config = json.loads(os.environ.get('TF_CONFIG') or '{}')
+  task = config.get('task', {})
+  if not task:
+    return True
+  if 'chief' in config.get('cluster', {}):
+    return task.get('type') == 'chief'
+  return task.get('type') == 'worker' and int(task.get('index', 0)) == 0
+
+
 def configure_cluster(worker_hosts: Optional[str], task_index: int) -> int:
   """Writes TF_CONFIG from ``worker_hosts='h1:p,h2:p'`` and ``task_index`` unless TF_CONFIG is already set.
 
