@@ -59,6 +59,7 @@ from official_input.accounting import (  # pylint: disable=unused-import (the pi
     InputAccounting, ReadReport)
 from official_input import dataset_info as dataset_info_lib
 from official_input import example_schema
+from official_input import record_check
 from official_input import resnet_preprocessing
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -82,6 +83,10 @@ TFRECORD_FRAMING_BYTES = 16
 ACCOUNT_BLOCK_RECORDS = 32
 # Concurrent stats of shard files at pipeline build (one request each; matters on gs://).
 STAT_THREADS = 16
+# use_cache: records per cached block (the unit the per-epoch reshuffle moves), and the blocks shuffled together
+# when the pipeline's record count is unknown (covers ~1M records).
+CACHE_BLOCK_RECORDS = 64
+MAX_CACHE_BLOCKS = 16384
 # Salt of the per-record augmentation seeds, so they differ from other streams seeded with the same random_seed.
 AUGMENT_SEED_SALT = 0x5EED
 
@@ -412,6 +417,20 @@ def read_accounted(path: tf.Tensor, size: tf.Tensor, expected: tf.Tensor, stats:
   return marked.scan((zero, zero), _account).unbatch()
 
 
+def cached_in_shuffled_blocks(records: tf.data.Dataset, num_blocks: int, seed: Optional[int]) -> tf.data.Dataset:
+  """The records cached in host memory, in blocks of CACHE_BLOCK_RECORDS whose order is reshuffled every epoch.
+
+  A plain ``cache()`` replays the first epoch's order forever (the file shuffle sits before it), so every epoch
+  would see the same sequence up to the shuffle window. Shuffling whole cached blocks moves any record anywhere
+  each epoch; the record-level shuffle after it mixes neighbouring blocks. The shuffle buffer holds references to
+  the cached blocks (no copy). Cost: the first batch waits until this pipeline's records are all read into memory
+  (read only, no decoding). Training only: eval builds its pipeline anew for each evaluation, so a cache there
+  would only cost memory.
+  """
+  blocks = records.batch(CACHE_BLOCK_RECORDS).cache()
+  return blocks.shuffle(max(1, num_blocks), seed=seed, reshuffle_each_iteration=True).unbatch()
+
+
 def with_augment_seeds(records: tf.data.Dataset, seed: int,
                        context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
   """Pairs each record with a stateless augmentation seed (int64 [2]) derived from ``seed`` and its position.
@@ -728,6 +747,7 @@ class ImageNetInput:
   def record_dataset(self, batch_size: int, context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
     files = self.list_files()
     self._all_files = files
+    record_check.check_first_records(files[0])
     self.check_listed_shards(files)
     records = self.read_records(files, context)
     index, count, _ = context_ids(context)
@@ -739,18 +759,23 @@ class ImageNetInput:
       share = len(range(index, self.num_images, count))
       if self._stats.expected_records is not None:
         self._stats.expected_records = min(self._stats.expected_records, share)
-    if self.use_cache:
-      records = records.cache()
+    if self.use_cache and self.is_training:
+      records = cached_in_shuffled_blocks(records, self._cache_blocks(), self.seed)
     if self.is_training:
       # Repeat, then shuffle (as the reference does without cache): the buffer stays full across epochs, so an
       # epoch boundary never drains the decoders while the buffer refills. Each repetition re-reads the files in
-      # a new shuffled order (or replays the cache).
+      # a new shuffled order (or a new order of the cached blocks).
       records = records.repeat().shuffle(self.shuffle_buffer_size, seed=self.seed, reshuffle_each_iteration=True)
       if self.seed is not None:
         records = with_augment_seeds(records, self.seed, context)
     cfg = self.decode_config(batch_size, full_decode=self.pipeline == 'basic')
     return build_batches(records, cfg, self._stats, self.include_filename, context, pipeline=self.pipeline,
                          num_parallel_calls=self.num_parallel_calls)
+
+  def _cache_blocks(self) -> int:
+    """Cached blocks one pass of this pipeline holds (its records from summary.json), or a bound when unknown."""
+    records = self._stats.expected_records
+    return -(-records // CACHE_BLOCK_RECORDS) if records else MAX_CACHE_BLOCKS
 
   def synthetic_dataset(self, batch_size: int, context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
     """Random (uniform 0..255) or constant (zero) images with uniform labels: one batch, made once, repeated.

@@ -77,7 +77,8 @@ PARAMS: Tuple[Param, ...] = (
     P('input_pipeline', 'optimized', "'optimized' or 'basic' (sequential reads and full decodes, for "
       'comparison).', choices=('optimized', 'basic')),
     P('synthetic_data', 'random', 'Synthetic input when data_dir is unset.', choices=('random', 'constant')),
-    P('use_cache', False, 'Cache the training records in host RAM (ImageNet needs ~150 GB).'),
+    P('use_cache', False, 'Cache the training records in host RAM (ImageNet needs ~150 GB); each epoch '
+      'reshuffles the cached blocks.'),
     P('shuffle_buffer_size', 1024, 'Shuffle buffer (records) of the training set.', checks=('>= 0',)),
     P('crop_area_range', [0.08, 1.0], 'Training random crop: [min, max] fraction of the image area. Raise the '
       'minimum (e.g. 0.35) when objects are small or classes differ by detail.', list),

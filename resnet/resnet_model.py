@@ -326,14 +326,56 @@ class EvoNorm(keras.layers.Layer):
             'num_groups': self.num_groups, 'zero_gamma': self.zero_gamma}
 
 
+def replica_noise(shape, seed_generator: keras.random.SeedGenerator) -> tf.Tensor:
+  """U[0, 1) float32 noise that differs between replicas and workers.
+
+  A Keras SeedGenerator's state is one mirrored variable: every replica would draw the same seed, hence the same
+  mask, leaving fewer independent masks than the global batch suggests. The draw folds the seed with the replica's
+  global id (``replica_id_in_sync_group``: across workers too), so it stays reproducible with a fixed seed.
+  """
+  seed = tf.cast(seed_generator.next(), tf.int64)
+  context = tf.distribute.get_replica_context()
+  replica = context.replica_id_in_sync_group if context is not None else 0
+  seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(replica, tf.int64))
+  return tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float32)
+
+
+@keras.saving.register_keras_serializable(package='resnet')
+class Dropout(keras.layers.Layer):
+  """Inverted dropout with a mask of its own on each replica (``replica_noise``); identity at inference.
+
+  Keras' Dropout draws the same mask on every replica. Same checkpoint layout (a ``seed_generator``)."""
+
+  def __init__(self, rate: float, seed: int | None = None, **kwargs):
+    super().__init__(**kwargs)
+    if not 0.0 <= float(rate) < 1.0:
+      raise ValueError(f'{self.name}: the dropout rate must be in [0, 1), got {rate!r}.')
+    self.rate = float(rate)
+    self.seed = seed
+    self.seed_generator = keras.random.SeedGenerator(seed, name=f'{self.name}_seed_generator')
+
+  def call(self, inputs, training=None):
+    if not training or self.rate == 0.0:
+      return inputs
+    keep = tf.cast(replica_noise(tf.shape(inputs), self.seed_generator) >= self.rate, inputs.dtype)
+    return inputs * keep / tf.cast(1.0 - self.rate, inputs.dtype)
+
+  def compute_output_shape(self, input_shape):
+    return input_shape
+
+  def get_config(self):
+    return {**super().get_config(), 'rate': self.rate, 'seed': self.seed}
+
+
 @keras.saving.register_keras_serializable(package='resnet')
 class StochasticDepth(keras.layers.Layer):
   """Drop-connect on a residual branch (Huang et al. 2016): training only, identity at inference.
 
   Each example's branch is kept with probability 1 - rate and then scaled by 1 / (1 - rate):
   ``x / keep * floor(keep + U[0, 1))``. The uniform draw is float32 (a bfloat16 draw would round the keep
-  probability) and comes from a Keras SeedGenerator, so ``keras.utils.set_random_seed`` before building makes it
-  reproducible, and it compiles under XLA.
+  probability) comes from a Keras SeedGenerator folded with the replica id (``replica_noise``), so
+  ``keras.utils.set_random_seed`` before building makes it reproducible, each replica draws its own, and it
+  compiles under XLA.
   """
 
   def __init__(self, rate: float, seed: int | None = None, **kwargs):
@@ -349,7 +391,7 @@ class StochasticDepth(keras.layers.Layer):
       return inputs
     keep = 1.0 - self.rate
     shape = [tf.shape(inputs)[0]] + [1] * (len(inputs.shape) - 1)
-    noise = keras.random.uniform(shape, dtype='float32', seed=self.seed_generator)
+    noise = replica_noise(shape, self.seed_generator)
     scale = tf.floor(keep + noise) / keep
     return inputs * tf.cast(scale, inputs.dtype)
 
@@ -661,7 +703,7 @@ def resnet(resnet_depth: int,
   # float32 from here: the average over HxW and the logits keep full precision under mixed policies.
   x = keras.layers.GlobalAveragePooling2D(data_format=data_format, dtype='float32', name='final_avg_pool')(x)
   if dropout_rate:
-    x = keras.layers.Dropout(dropout_rate, dtype='float32', name='dropout')(x)
+    x = Dropout(dropout_rate, dtype='float32', name='dropout')(x)
   dense = b._register(keras.layers.Dense(  # pylint: disable=protected-access
       num_classes, kernel_initializer=keras.initializers.RandomNormal(stddev=0.01), bias_initializer='zeros',
       dtype='float32', name='dense'))

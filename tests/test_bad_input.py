@@ -63,7 +63,14 @@ def runs(tmp_path_factory):
   typo = root / 'typo.yaml'
   typo.write_text('train_steps: 5\nbase_learnig_rate: 0.2\n')
 
+  gzip_dir = root / 'gzip_data'
+  gzip_dir.mkdir()
+  with tf.io.TFRecordWriter(str(gzip_dir / 'train-00000-of-00001'), options='GZIP') as writer:
+    writer.write(cli.jpeg_example(np.random.default_rng(0), 1, 'a.JPEG').SerializeToString())
+
   specs = {
+      'gzip': cli.main_args('--mode=train', f'--model_dir={root / "gzip_model"}', f'--data_dir={gzip_dir}',
+                            '--train_steps=2'),
       'nan': cli.main_args('--mode=train', f'--model_dir={nan_dir}', f'--data_dir={data_dir}', '--train_steps=8',
                            '--iterations_per_loop=2', '--save_checkpoints_steps=2', '--weight_decay=1e38'),
       'export': cli.main_args('--mode=train', f'--model_dir={export_dir}', f'--data_dir={data_dir}',
@@ -238,3 +245,10 @@ def test_yaml_with_python_tags_is_refused_and_nothing_runs(runs):
   assert code not in (0, None)
   assert 'Refusing to read' in log and 'unsafe.yaml' in log, log[-3000:]
   assert not os.path.exists(details['marker'])
+
+
+def test_gzip_compressed_shards_are_named_with_the_fix_not_reported_as_damaged(runs):
+  code, log, _ = _result(runs, 'gzip')
+  assert code == 1, log[-3000:]
+  assert 'train-00000-of-00001 is GZIP-compressed; this pipeline reads uncompressed TFRecords' in log, log[-3000:]
+  assert 'damaged shard' not in log and 'Traceback' not in log

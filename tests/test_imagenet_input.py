@@ -507,3 +507,23 @@ def test_fast_jpeg_decode_param_decodes_large_crops_at_reduced_scale(tmp_path):
     outputs[fast] = next(iter(inp.input_fn({'batch_size': 2})))[0].numpy()
   difference = np.abs(outputs[True] - outputs[False])
   assert 0 < difference.mean() < 6  # another decode (so the flag reached it), but the same picture
+
+
+def test_with_cache_consecutive_epochs_differ_beyond_the_shuffle_window(tmp_path):
+  """use_cache used to replay the first epoch's order (the cache sat after the file shuffle): every record came
+  back within a shuffle window of where it was. Now whole cached blocks are reshuffled every epoch."""
+  n, window = 384, 8
+  tiny_jpeg = _jpeg(0, size=8)
+  for shard in range(4):
+    _write_records(str(tmp_path / f'train-{shard:05d}-of-00004'),
+                   [_example(tiny_jpeg, 1, f'r{shard}_{i:03d}') for i in range(n // 4)])
+  source = ii.ImageNetInput(is_training=True, data_dir=str(tmp_path), image_size=8, num_label_classes=NUM_CLASSES,
+                            use_cache=True, shuffle_buffer_size=window, seed=1, include_filename=True)
+  names = []
+  for features, _ in source.input_fn({'batch_size': 32}).take(2 * n // 32):
+    names += [name.decode() for name in features['filename'].numpy()]
+  first, second = names[:n], names[n:]
+  assert len(set(first)) > n - 2 * window and len(set(names)) == n  # the shuffle window spans the epoch boundary
+  position = {name: i for i, name in enumerate(first)}
+  moved_earlier = max(position[name] - i for i, name in enumerate(second) if name in position)
+  assert moved_earlier > 8 * window, moved_earlier
