@@ -17,7 +17,10 @@ if __package__ in (None, ''):  # `python resnet/resnet_main.py` from anywhere: i
   _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != os.path.dirname(os.path.abspath(__file__))]
   sys.path.insert(0, _ROOT)
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')  # hide TensorFlow's C++ start-up banner; absl logs stay
+# TensorFlow's C++ INFO and WARNING lines (start-up banner, graph-optimizer notes such as 'Skipping loop
+# optimization' or 'GeneratorDatasetOp ... will not be optimized') name internals a user cannot act on. Errors stay,
+# and so do the input pipeline's own warnings (written to stderr directly). TF_CPP_MIN_LOG_LEVEL=0 shows all.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from typing import Any, List, Optional  # pylint: disable=g-import-not-at-top
 
