@@ -251,3 +251,19 @@ def test_small_batches_warn_and_short_runs_stay_finite(caplog, monkeypatch):
   np.testing.assert_allclose(values, [0.0, 0.25, 0.5, 0.75, 1.0], rtol=1e-6)
   with pytest.raises(ValueError, match='poly_rate'):
     optimizers.lars_learning_rate(0, B, N, STEPS, poly_rate=-1.0)
+
+
+# ------------------------------------------------------------------------------------------------ in the model_fn
+def test_lars_runs_without_nesterov_and_its_eval_loss_has_no_l2_term(tmp_path):
+  """The reference's LARS has no Nesterov (use_nesterov defaults to true for momentum), and applies the weight
+  decay itself: the eval loss must not add an L2 term the training loss does not have."""
+  from resnet import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
+  params = tiny.resnet_params(str(tmp_path), enable_lars=True, use_nesterov=True, weight_decay=0.5)
+  model = resnet_model_fn.build_model(params)
+  optimizer = resnet_model_fn.build_optimizer(params, model)
+  assert isinstance(optimizer, optimizers.LARSMomentum) and not optimizer.nesterov
+  assert float(resnet_model_fn._weight_decay(model, params)) == 0.0  # pylint: disable=protected-access
+  momentum = dict(params, enable_lars=False)
+  assert resnet_model_fn.build_optimizer(momentum, model).nesterov
+  assert float(resnet_model_fn._weight_decay(model, momentum)) > 0.0  # pylint: disable=protected-access
