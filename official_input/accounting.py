@@ -73,8 +73,8 @@ class _PipelineCounters:
     self.by_reason = _count([0] * len(_REASON_TABLE))
     self.consecutive_bad = _count(0)
     self.lost = _count(0)
-    self.damaged_names = _count([], tf.string, tf.TensorShape([None]))
-    self.damaged_lost = _count([], tf.int64, tf.TensorShape([None]))
+    # Damaged shard -> records lost (-1 unknown): a table, whose inserts are atomic (readers run in parallel).
+    self.damaged = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, default_value=-2)
     self.pass_counts = _count([0, 0, 0])       # good, bad, lost in the current pass
     self.last_pass = _count([0, 0, 0, 0])      # finished (0/1), good, bad, lost of the last finished pass
 
@@ -120,7 +120,8 @@ class InputAccounting:
   def damaged(self) -> Dict[str, Optional[int]]:
     out = {}
     for c in self._pipelines.values():
-      for name, lost in zip(c.damaged_names.numpy(), c.damaged_lost.numpy()):
+      names, losts = c.damaged.export()
+      for name, lost in zip(names.numpy(), losts.numpy()):
         out[name.decode('utf-8', 'replace')] = None if lost < 0 else int(lost)
     return out
 
@@ -239,8 +240,7 @@ class InputAccounting:
       lost_or_zero = tf.maximum(lost, 0)
       return tf.group(counters.lost.assign_add(lost_or_zero),
                       counters.pass_counts.assign_add(tf.stack([tf.constant(0, tf.int64), 0, lost_or_zero])),
-                      counters.damaged_names.assign(tf.concat([counters.damaged_names, [path]], 0)),
-                      counters.damaged_lost.assign(tf.concat([counters.damaged_lost, [lost]], 0)),
+                      counters.damaged.insert(tf.reshape(path, [1]), tf.reshape(lost, [1])),
                       _warn(tf.strings.join([message, f' {SKIP_NOTE} {REPAIR_HINT}'])))
     with tf.control_dependencies(ops):
       done = tf.cond(damaged, record_damage, tf.no_op)

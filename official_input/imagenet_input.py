@@ -389,7 +389,7 @@ def read_accounted(path: tf.Tensor, size: tf.Tensor, expected: tf.Tensor, stats:
   A framing error (bad length or CRC, a cut in mid-record) stops ``TFRecordDataset`` at that record; ignoring the
   error ends the file there. Each record spans exactly ``len(record) + TFRECORD_FRAMING_BYTES`` bytes, so a running
   (count, bytes) sum reaching less than the file's ``size`` proves the file was not read to its end, and with
-  ``expected`` (the converter's record count, -1 unknown) how many records were lost.
+  ``expected`` (the converter's record count, -1 unknown) how many records were lost (``stats.count_file``).
 
   Cost: the sums run over blocks of ACCOUNT_BLOCK_RECORDS records (batch, one scan step, unbatch) instead of a
   function call per record. Measured (CPU time, 110 KB records, busy 2-core machine): bare read 85-98 us per record,
@@ -693,14 +693,15 @@ class ImageNetInput:
   def read_records(self, files: Sequence[str], context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
     """Serialized records for this pipeline: sharded by file (or by record when files are few), then read.
 
-    Each file is read with its end accounted for (``report_file``): damaged shards are counted, logged, or raised.
+    Each file is read with its end accounted for (``count_file``): damaged shards are counted, logged, or raised.
     """
     index, count, _ = context_ids(context)
+    all_files = list(files)
     files, shard_records = shard_files(files, index, count)
     if count > 1 and self._takes_first_records():
       # The first N records of the sorted files, each exactly once: every pipeline reads them in the same order
       # and keeps its every count-th (file shards differ in size, so a per-pipeline share would miss records).
-      files, shard_records = list(self._all_files), True
+      files, shard_records = all_files, True
     if shard_records:
       logging.info('%d %s files for %d input pipelines: every pipeline reads all files and keeps every %d-th '
                    'record (pipeline %d)', len(files), self.split, count, count, index)
@@ -725,8 +726,9 @@ class ImageNetInput:
     if basic:
       records = file_ds.flat_map(_read)
     else:
-      # The interleave width sets the record order: seeded runs keep it independent of the machine's CPU count.
-      width = len(files) if seeded else max(4, num_cpus())
+      # The interleave width sets the record order: seeded runs, record sharding and eval (whose first N records
+      # every pipeline must agree on) keep it independent of the machine's CPU count.
+      width = len(files) if seeded or shard_records or not self.is_training else max(4, num_cpus())
       cycle = max(1, min(len(files), MAX_READ_CYCLE, width))
       records = file_ds.interleave(_read, cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE,
                                    deterministic=deterministic)
@@ -746,7 +748,6 @@ class ImageNetInput:
 
   def record_dataset(self, batch_size: int, context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
     files = self.list_files()
-    self._all_files = files
     record_check.check_first_records(files[0])
     self.check_listed_shards(files)
     records = self.read_records(files, context)

@@ -12,8 +12,6 @@ import tensorflow as tf
 from official_input import example_schema
 
 RECORDS_LOOKED_AT = 8
-GZIP_MAGIC = b'\x1f\x8b'
-ZLIB_FIRST_BYTES = (b'\x78\x01', b'\x78\x5e', b'\x78\x9c', b'\x78\xda')
 CONVERT_HINT = ('Convert the images with `python -m tools.imagenet_to_gcs`, or write tf.train.Examples with the keys '
                 f'{example_schema.ENCODED} (JPEG/PNG bytes), {example_schema.LABEL} (int64, 1-based) and '
                 f'{example_schema.FILENAME}.')
@@ -32,19 +30,24 @@ def _feature_keys(record: bytes) -> Optional[List[str]]:
   return sorted(example.features.feature)
 
 
+def _first_records(path: str, compression: str = '') -> Optional[List[bytes]]:
+  """Up to RECORDS_LOOKED_AT records; None when the file does not read with ``compression``."""
+  try:
+    return [r.numpy() for r in tf.data.TFRecordDataset(path, compression_type=compression).take(RECORDS_LOOKED_AT)]
+  except tf.errors.OpError:
+    return None
+
+
 def check_first_records(path: str) -> None:
   """RecordFormatError when ``path`` is compressed, or none of its first records has an image/encoded feature."""
-  with tf.io.gfile.GFile(path, 'rb') as f:
-    head = f.read(2)
-  if head == GZIP_MAGIC or head in ZLIB_FIRST_BYTES:
-    kind = 'GZIP' if head == GZIP_MAGIC else 'ZLIB'
-    raise RecordFormatError(
-        f'{path} is {kind}-compressed; this pipeline reads uncompressed TFRecords. Decompress the shards (e.g. '
-        f'`gunzip -c {path} > {path}.tfrecord` then rename) or re-write them without compression.')
-  try:
-    records = [r.numpy() for r in tf.data.TFRecordDataset(path).take(RECORDS_LOOKED_AT)]
-  except tf.errors.OpError:
-    return  # a damaged shard: the pipeline's own accounting names it and counts what was lost
+  records = _first_records(path)
+  if records is None:  # unreadable as plain TFRecords: compressed, or damaged (the pipeline's accounting names that)
+    for compression in ('GZIP', 'ZLIB'):
+      if _first_records(path, compression):
+        raise RecordFormatError(
+            f'{path} is {compression}-compressed; this pipeline reads uncompressed TFRecords. Decompress the '
+            f'shards (e.g. `gunzip -c` each one) or re-write them without compression.')
+    return
   keys = [_feature_keys(r) for r in records]
   if not records or any(k is not None and example_schema.ENCODED in k for k in keys):
     return

@@ -115,7 +115,7 @@ PARAMS: Tuple[Param, ...] = (
     P('lr_start', 1e-5, 'Exponential schedule: first learning rate.', checks=('>= 0',)),
     P('lr_min', 1e-5, 'Exponential schedule: learning-rate floor.', checks=('>= 0',)),
     P('momentum', 0.9, 'SGD momentum.', checks=('>= 0', '< 1')),
-    P('use_nesterov', True, 'Nesterov momentum.'),
+    P('use_nesterov', True, 'Nesterov momentum (the momentum optimizer only: LARS, as the reference, has none).'),
     P('weight_decay', 1e-4, 'L2 weight decay: wd * sum(w^2)/2 over non-normalisation variables.',
       checks=('>= 0',)),
     P('label_smoothing', 0.0, 'Label smoothing.', checks=('>= 0', '< 1')),

@@ -101,6 +101,12 @@ class ModelEMA(tf.Module):
       shadow.assign_sub((1.0 - tf.cast(decay, shadow.dtype)) * (shadow - value))
     return decay
 
+  def not_in_checkpoint(self, path: str) -> None:
+    """Called after restoring a checkpoint without averages (trained with moving_average_decay unset): the
+    shadows would keep the random initial weights; they start from the restored weights instead."""
+    logging.warning('%s has no moving averages: they start from its weights.', path)
+    self.reset()
+
   def reset(self) -> None:
     """Sets every shadow to its variable's current value (after a warm start or a manual assignment)."""
     for variable, shadow in self._pairs.value:

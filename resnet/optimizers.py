@@ -30,6 +30,9 @@ class ReplicaSumOptimizer(keras.optimizers.Optimizer):
     super().__init__(*args, **kwargs)
     self.gradients_summed = gradients_summed
 
+  def get_config(self):
+    return {**super().get_config(), 'gradients_summed': self.gradients_summed}
+
   def _all_reduce_sum_gradients(self, grads_and_vars):  # Keras' TF-backend hook, called in apply_gradients
     if self.gradients_summed:
       return list(grads_and_vars)

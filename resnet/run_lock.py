@@ -6,8 +6,8 @@ multi-worker run, whose other workers are the same run) holds an exclusive ``flo
 while it trains. The operating system releases it when the process exits, however it exits (kill -9 included),
 so a crashed run never leaves the model_dir stuck. Eval and predict jobs never take it: they only read.
 
-Where flock cannot work (gs:// and other remote file systems) there is no lock: a warning says so, and that only
-one training job may write to that model_dir.
+Where flock cannot work (gs:// and other remote file systems, NFS without a lock daemon) there is no lock: a
+warning says so, and that only one training job may write to that model_dir.
 """
 import contextlib
 import datetime
@@ -57,6 +57,11 @@ def training_lock(model_dir: str) -> Iterator[None]:
       raise ModelDirLocked(
           f'{model_dir} is being trained by another run ({_holder(fd)}). Wait for it to finish or stop it, or '
           f'use another --model_dir. (The lock in {path} ends with that process, however it ends.)') from None
+    except OSError as e:  # a file system without flock (some NFS and FUSE mounts)
+      logging.warning('model_dir %s cannot be locked (%s). Make sure only one training job writes to it.',
+                      model_dir, e)
+      yield
+      return
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
     os.write(fd, json.dumps({'pid': os.getpid(), 'host': socket.gethostname(),

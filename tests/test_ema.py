@@ -190,3 +190,7 @@ def test_eval_with_averages_on_a_checkpoint_without_them_evaluates_the_raw_weigh
   assert 'holds no moving averages' in caplog.text
   for key in ('loss', 'top_1_accuracy'):
     assert results[key] == pytest.approx(raw[key], rel=1e-5), key
+  # Resuming such a run with averages on: they start from the restored weights, not the random initial ones.
+  ema = averaging.scope.get('ema')
+  for variable in averaging.scope.get('model').weights[:5]:
+    np.testing.assert_array_equal(ema.shadow_of(variable).numpy(), variable.numpy())

@@ -215,8 +215,13 @@ def test_batch_size_must_divide_by_replicas_only_in_the_modes_a_run_uses(tmp_pat
   runner = make_runner(tmp_path, strategy=strategy, train_batch_size=8, eval_batch_size=7, predict_batch_size=5)
   runner.train(train_input, max_steps=1)
   assert int(runner.global_step.numpy()) == 1
+  serving = {'serving_default': ServingInput({'x': tf.TensorSpec([None, 4], tf.float32)}, lambda x: x)}
+  assert runner.export_saved_model(str(tmp_path / 'export'), serving)  # export has no batch to divide
   with pytest.raises(ValueError, match='eval_batch_size=7 is not divisible by the 2 replicas'):
     runner.evaluate(eval_input)
+  with pytest.raises(ValueError, match='eval_batch_size=7'):  # before any training, not after the first chunk
+    runner.train_and_evaluate(train_input, eval_input, max_steps=3, steps_per_eval=1)
+  assert int(runner.global_step.numpy()) == 1
   with pytest.raises(ValueError, match='predict_batch_size=5 is not divisible'):
     next(runner.predict(eval_input))
   with pytest.raises(ValueError, match='train_batch_size=7 is not divisible'):

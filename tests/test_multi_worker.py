@@ -212,7 +212,7 @@ def _worker_runs(tmp_path, name, num_workers, flags, dump=True):
 
 def test_workers_train_and_eval_from_an_empty_model_dir_and_evaluate_every_image_once(tmp_path):
   """3 workers alternate training and whole-split eval from an empty model_dir (each eval uses the weights the
-  workers hold, never a chief's file that may be older or not yet written); 37 validation images in uneven
+  workers hold, never a chief's file that may be older or not yet written), then the chief exports; 37 validation images in uneven
   shards (13, 13, 11: 2 files for worker 0, 1 each for the others) are each counted once, and equal a single
   process's eval of the same checkpoint. Then 2 workers evaluate that checkpoint: the whole split, and the first
   20 images."""
@@ -220,7 +220,9 @@ def test_workers_train_and_eval_from_an_empty_model_dir_and_evaluate_every_image
   model_dir = tmp_path / 'model'
   _start_all(_worker_runs(tmp_path, 'w', 3, [
       '--mode=train_and_eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=4',
-      '--steps_per_eval=2', '--iterations_per_loop=1', '--eval_batch_size=6', '--train_batch_size=6']), tmp_path)
+      '--steps_per_eval=2', '--iterations_per_loop=1', '--eval_batch_size=6', '--train_batch_size=6',
+      f'--export_dir={tmp_path / "export"}']), tmp_path)
+  assert len(os.listdir(tmp_path / 'export')) == 1  # the chief exports alone after training: no collective
   dumps = [_load(str(tmp_path / f'w{i}.npz')) for i in range(3)]
   assert [int(d['global_step']) for d in dumps] == [4, 4, 4]
   weights = [_weights(d) for d in dumps]

@@ -45,3 +45,22 @@ def test_a_few_bad_records_among_good_ones_pass_the_check(tmp_path):
   examples = cli.bad_train_examples() + [cli.jpeg_example(rng, 1, f'{i}.JPEG') for i in range(3)]
   cli.write_records(str(tmp_path / 'train-00000-of-00001'), examples)
   record_check.check_first_records(str(tmp_path / 'train-00000-of-00001'))  # the pipeline skips the bad ones
+
+
+def test_plain_records_whose_length_looks_like_a_zlib_header_are_read(tmp_path):
+  """A TFRecord starts with its first record's length (little-endian): 376 bytes reads as 0x78 0x01, a ZLIB
+  header. The check reads the file before it suspects compression."""
+  from official_input import example_schema  # pylint: disable=import-outside-toplevel
+  size = 0
+  while True:
+    record = example_schema.make_example(b'\xff\xd8' + b'\x00' * size, 'JPEG', 1, 'a', 8, 8, 'a.JPEG')
+    length = len(record.SerializeToString())
+    if length >= 376:
+      break
+    size += 1
+  assert length == 376
+  path = str(tmp_path / 'train-00000-of-00001')
+  cli.write_records(path, [record])
+  with open(path, 'rb') as f:
+    assert f.read(2) == b'\x78\x01'
+  record_check.check_first_records(path)  # no error

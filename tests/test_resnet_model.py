@@ -354,7 +354,7 @@ def test_dropblock_changes_outputs_in_training_but_not_in_inference():
 
 def test_head_dropout_is_training_only_and_adds_no_tf1_weight():
   model = rm.resnet(18, 10, dropout_rate=0.5)
-  assert isinstance(model.get_layer('dropout'), keras.layers.Dropout)
+  assert isinstance(model.get_layer('dropout'), rm.Dropout)  # one mask per replica (test_replica_masks.py)
   assert len(rm.tf1_variable_map(model)) == len(model.weights)
   images = _images(2, 32)
   np.testing.assert_array_equal(model(images, training=False), model(images, training=False))

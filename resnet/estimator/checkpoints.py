@@ -7,6 +7,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from absl import logging
@@ -44,6 +45,24 @@ class Checkpoints:
     # The scope objects whose values the variables hold from ``holds`` (a restore skips objects a checkpoint
     # lacks: they keep whatever they held).
     self.objects_in_holds: frozenset = frozenset()
+    self._restored_own_save = False
+
+  @property
+  def holds_unrestored_save(self) -> bool:
+    """The variables hold this process's training as saved (by the chief), not yet restored from that file."""
+    return self.holds is not None and self.holds == self._saved_here and not self._restored_own_save
+
+  def wait_for(self, path: str, timeout: float) -> None:
+    """Returns once checkpoint ``path`` is complete (its .index is written last); a clear error after ``timeout``."""
+    start, next_log = time.time(), time.time() + 30.0
+    while not tf.io.gfile.exists(path + '.index'):
+      if time.time() - start > timeout:
+        raise FileNotFoundError(f'{path} did not appear within {timeout:g} s: is model_dir on storage every worker '
+                                f'shares (e.g. gs://), and is the chief (worker 0) still running?')
+      if time.time() > next_log:
+        logging.info('Waiting for the chief to finish writing %s ...', path)
+        next_log = time.time() + 30.0
+      time.sleep(0.1)
 
   @property
   def holds_own_training(self) -> bool:
@@ -75,6 +94,10 @@ class Checkpoints:
       return None
     self.checkpoint().restore(path).expect_partial()
     self.objects_in_holds = frozenset(key.split('/', 1)[0] for key, _ in tf.train.list_variables(path))
+    for name, obj in self._objects().items():
+      if name not in self.objects_in_holds and hasattr(obj, 'not_in_checkpoint'):
+        obj.not_in_checkpoint(path)  # e.g. moving averages start from the restored weights, not from random ones
+    self._restored_own_save = path == self._saved_here
     self.holds = path
     logging.info('Restored %s (global step %d).', path, int(self._global_step.numpy()))
     return path
@@ -94,5 +117,6 @@ class Checkpoints:
     # Every worker names the chief's file: the workers' variables are equal, a non-chief's copy is throw-away.
     path = os.path.join(self.model_dir, f'{CHECKPOINT_NAME}-{step}')
     self.holds = self._saved_here = path
+    self._restored_own_save = False
     self.objects_in_holds = frozenset(self._objects())
     return path

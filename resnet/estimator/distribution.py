@@ -7,7 +7,7 @@ when a config says ``strategy: tpu``, so a TPU config runs locally for a smoke t
 import json
 import os
 import socket
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -69,18 +69,6 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return True
   resolver = strategy.cluster_resolver
   return resolver.task_type == 'chief' or (resolver.task_type == 'worker' and resolver.task_id == 0)
-
-
-def make_barrier(strategy: tf.distribute.Strategy) -> Callable[[], None]:
-  """A function that returns once every worker has called it (one all-reduce); a no-op with one worker."""
-  if num_workers(strategy) == 1:
-    return lambda: None
-
-  @tf.function
-  def all_reduce():
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1, tf.int32)), axis=None)
-
-  return lambda: all_reduce().numpy() and None
 
 
 def _tpu_visible(tpu: Optional[str]) -> bool:
@@ -156,6 +144,9 @@ def get_strategy(name: str = 'auto', tpu: Optional[str] = None, use_tpu: Optiona
   """Returns the tf.distribute strategy for ``name`` (one of STRATEGIES); ``num_cores`` is checked on TPUs."""
   name = resolve_strategy_name(name, tpu, use_tpu)
   gpus = tf.config.list_physical_devices('GPU')
+  if not gpus and tf.test.is_built_with_cuda():
+    logging.warning('This TensorFlow is built for GPUs but sees none: running on CPU. Check CUDA_VISIBLE_DEVICES '
+                    'and the CUDA libraries (TF_CPP_MIN_LOG_LEVEL=0 shows which failed to load).')
   if name == 'tpu':
     strategy = _tpu_strategy(tpu, zone, project)
     if num_cores is not None and num_cores != strategy.num_replicas_in_sync:

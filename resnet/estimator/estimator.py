@@ -29,6 +29,8 @@ from resnet.estimator.spec import ModeKeys, ObjectScope, ServingInput
 from resnet.estimator.stopping import StopControl
 
 InputFn = Callable[[Dict[str, Any]], tf.data.Dataset]
+# How long a non-chief worker waits for the chief's checkpoint of the step both just trained.
+CHIEF_CHECKPOINT_WAIT_S = 600.0
 
 
 class TrainingInterrupted(Exception):
@@ -73,12 +75,11 @@ class Estimator:
     self.checkpoints = checkpoints_lib.Checkpoints(self.model_dir, self.is_chief, config.keep_checkpoint_max,
                                                    self.global_step, lambda: self.scope.objects)
     self.stop = StopControl(self.strategy, distribution.num_workers(self.strategy))
-    self._barrier = distribution.make_barrier(self.strategy)
     self.replica_fns = loops.ReplicaFunctions(model_fn, self.mode_params, config.jit_compile, self.strategy)
     self._mode_objects: Dict[str, frozenset] = {}   # mode -> names of the scope objects its model_fn uses
     self._train_loop: Optional[loops.TrainLoop] = None
     self._train_input = None                         # (input_fn, iterator)
-    self._eval_step = None
+    self._eval_steps: Dict[str, Callable] = {}      # eval input spec -> compiled eval step
     self._writers: Dict[str, tf.summary.SummaryWriter] = {}
 
   # ------------------------------------------------------------------------------------------------ building
@@ -96,7 +97,9 @@ class Estimator:
   def mode_params(self, mode: str) -> Dict[str, Any]:
     """The params model_fn sees in ``mode``: the run's params plus the per-replica batch and the scope."""
     params = dict(self.params)
-    params.update(batch_size=self._global_batch(mode) // self.num_replicas, scope=self.scope,
+    batch = {ModeKeys.TRAIN: self.config.train_batch_size, ModeKeys.EVAL: self.config.eval_batch_size,
+             ModeKeys.PREDICT: self.config.predict_batch_size}[mode]
+    params.update(batch_size=max(1, batch // self.num_replicas), scope=self.scope,
                   global_step=self.global_step, num_replicas_in_sync=self.num_replicas, mode=mode)
     return params
 
@@ -136,8 +139,9 @@ class Estimator:
       # the checkpoint holds.
       if holds == checkpoints_lib.TRAINED:
         return None
-      self._barrier()  # every worker (a no-op for one): the chief has finished writing ``holds``
-      if not self.is_chief:
+      if not self.is_chief and self.checkpoints.holds_unrestored_save:
+        # Waits for the file, not for the chief: a chief-only export after training joins no collective.
+        self.checkpoints.wait_for(holds, CHIEF_CHECKPOINT_WAIT_S)
         self.checkpoints.restore(holds)
       return holds
     path = checkpoint_path or self.latest_checkpoint()
@@ -283,13 +287,15 @@ class Estimator:
     """
     path = self._load_weights(ModeKeys.EVAL, checkpoint_path, 'evaluate')
     dataset = self.distribute(input_fn, ModeKeys.EVAL)
-    if self._eval_step is None:
-      self._eval_step = loops.eval_step(self.strategy, self.replica_fns.eval(), dataset.element_spec)
+    spec_key = repr(dataset.element_spec)  # one compiled step per input signature (another split, another spec)
+    if spec_key not in self._eval_steps:
+      self._eval_steps[spec_key] = loops.eval_step(self.strategy, self.replica_fns.eval(), dataset.element_spec)
+    eval_step = self._eval_steps[spec_key]
     start = time.time()
     totals: Dict[str, List[float]] = {}
     with (weights() if weights else contextlib.nullcontext()):
       for element in dataset:
-        for key, (s, w) in self._eval_step(element).items():
+        for key, (s, w) in eval_step(element).items():
           acc = totals.setdefault(key, [0.0, 0.0])
           acc[0] += float(s)
           acc[1] += float(w)
@@ -311,6 +317,7 @@ class Estimator:
                          steps_per_eval: int, hooks: Sequence[hooks_lib.LoopHook] = (),
                          eval_weights: Optional[Callable[[], ContextManager]] = None) -> Dict[str, Any]:
     """Alternates ``steps_per_eval`` training steps and a full evaluation until ``max_steps``."""
+    self._global_batch(ModeKeys.EVAL)  # a bad eval batch fails now, not after the first training chunk
     self._prepare_training(train_input_fn)
     step = int(self.global_step.numpy())
     results: Dict[str, Any] = {}
