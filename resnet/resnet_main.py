@@ -72,8 +72,11 @@ def evaluate(estimator: Estimator, params: Params) -> None:
     estimator.evaluate(eval_input, checkpoint_path=resolve_checkpoint(params.eval_checkpoint),
                        weights=eval_weights(estimator))
     return
-  estimator.evaluate_continuously(eval_input, timeout=params.eval_timeout, stop_at_step=params.train_steps,
-                                  weights=eval_weights(estimator))
+  try:
+    estimator.evaluate_continuously(eval_input, timeout=params.eval_timeout, stop_at_step=params.train_steps,
+                                    weights=eval_weights(estimator))
+  except NoCheckpointError as e:
+    raise NoCheckpointError(f'{e} Raise --eval_timeout to wait longer, or set --eval_checkpoint.') from None
 
 
 def predict(estimator: Estimator, params: Params) -> str:
@@ -103,13 +106,14 @@ def input_source(params: Params, split: str) -> imagenet_input.ImageNetInput:
 
 def make_hooks(params: Params, estimator: Estimator,
                train_source: imagenet_input.ImageNetInput) -> List[hooks_lib.LoopHook]:
-  from resnet.estimator import profiler_hook  # pylint: disable=g-import-not-at-top
+  from resnet import profiling  # pylint: disable=g-import-not-at-top
   hooks: List[hooks_lib.LoopHook] = [
+      hooks_lib.ExamplesPerSecond(params.train_batch_size),
       hooks_lib.CounterLogger('corrupt records skipped', lambda: train_source.skipped_records),
       hooks_lib.CounterLogger('records lost to damaged shards', lambda: train_source.lost_records)]
   if params.stop_on_nan:
     hooks.append(hooks_lib.NanGuard())
-  profiler = profiler_hook.make_profiler_hook(params) if estimator.is_chief else None
+  profiler = profiling.make_profiler_hook(params) if estimator.is_chief else None
   if profiler is not None:
     hooks.append(profiler)
   return hooks
@@ -256,8 +260,8 @@ def run(mode: str, params: Params) -> None:
                                        num_cores=params.num_cores)
   estimator = make_estimator(params, strategy)
   if params.profiler_port:
-    from resnet.estimator import profiler_hook  # pylint: disable=g-import-not-at-top
-    profiler_hook.start_profiler_server(params.profiler_port)
+    from resnet import profiling  # pylint: disable=g-import-not-at-top
+    profiling.start_profiler_server(params.profiler_port)
   MODES[mode](estimator, params)
 
 

@@ -134,7 +134,8 @@ def test_eval_and_predict_without_a_checkpoint_fail_with_a_clear_message(runs):
 def test_continuous_eval_without_any_checkpoint_stops_at_eval_timeout(runs):
   code, log, _ = _result(runs, 'eval_wait_timeout')
   assert code == 1
-  assert 'error: No checkpoint appeared in' in log and 'within --eval_timeout=1 s' in log, log[-3000:]
+  assert 'error: No checkpoint appeared in' in log and 'within the timeout of 1 s' in log, log[-3000:]
+  assert 'Raise --eval_timeout to wait longer' in log
   assert 'Eval at step' not in log
 
 

@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 from resnet.estimator import profile_analysis
-from resnet.estimator.profiler_hook import ProfilerHook, make_profiler_hook, parse_profile_steps, start_profiler_server
+from resnet.estimator.profiler_hook import ProfilerHook, parse_profile_steps
+from resnet.profiling import make_profiler_hook, start_profiler_server
 from tools import capture_profile
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -270,7 +271,7 @@ def test_capture_raises_clear_error_when_nothing_listens(tmp_path):
 _BUSY_JOB = '''
 import sys, time
 import tensorflow as tf
-from resnet.estimator.profiler_hook import start_profiler_server
+from resnet.profiling import start_profiler_server
 start_profiler_server(int(sys.argv[1]))
 w = tf.Variable(tf.eye(128))
 @tf.function

@@ -147,8 +147,8 @@ class Estimator:
     path = checkpoint_path or self.latest_checkpoint()
     if path is None:
       raise NoCheckpointError(
-          f'No checkpoint in {self.model_dir} to {what}: train first (--mode=train or train_and_eval), point '
-          f'--model_dir at a trained run, or set --eval_checkpoint.')
+          f'No checkpoint in {self.model_dir} to {what}: train first, point model_dir at a trained run, or give '
+          f'a checkpoint path.')
     if path != holds:
       self.checkpoints.restore(path)
     return path
@@ -234,8 +234,7 @@ class Estimator:
           self.checkpoints.holds = checkpoints_lib.TRAINED
           ran = int(self.global_step.numpy()) - step  # fewer if a stop was requested mid-loop
           step += ran
-          logs = {'loss': loss, **scalars, 'steps_per_sec': ran / seconds,
-                  'images_per_sec': ran * self.config.train_batch_size / seconds}
+          logs = {'loss': loss, **scalars, 'steps_per_sec': ran / seconds}
           for hook in hooks:
             hook.after_loop(step, logs)
           if not self.config.skip_host_call:
@@ -335,7 +334,7 @@ class Estimator:
     ``timeout`` seconds (None: wait forever). While waiting it logs where and how long, every few minutes."""
     last_path, results = None, None
     waiting_since = next_log = time.time()
-    limit = 'forever (set --eval_timeout to bound it)' if timeout is None else f'up to {timeout:g} s'
+    limit = 'forever (no timeout set)' if timeout is None else f'up to {timeout:g} s'
     while True:
       path = self.latest_checkpoint()
       if path and path != last_path:
@@ -354,9 +353,9 @@ class Estimator:
       if timeout is not None and now - waiting_since >= timeout:
         if results is None:
           raise NoCheckpointError(
-              f'No checkpoint appeared in {self.model_dir} within --eval_timeout={timeout:g} s: is the training '
-              f'job writing to this --model_dir?')
-        logging.info('No new checkpoint within --eval_timeout=%g s: stopping.', timeout)
+              f'No checkpoint appeared in {self.model_dir} within the timeout of {timeout:g} s: is the training '
+              f'job writing to this model_dir?')
+        logging.info('No new checkpoint within the timeout of %g s: stopping.', timeout)
         return results
       if now >= next_log:
         logging.info('Waiting for %s checkpoint in %s (waited %s so far; waiting %s).',
@@ -398,9 +397,10 @@ class Estimator:
 
 
 class _Progress:
-  """One log line per loop: step/total, loss, lr, img/s, ETA, and any other scalars."""
+  """One log line per loop: step/total, loss, lr, throughput, ETA, and any other scalars (hooks may add some, e.g.
+  hooks.ExamplesPerSecond)."""
 
-  _SHOWN = ('loss', 'learning_rate', 'images_per_sec', 'steps_per_sec')
+  _SHOWN = ('loss', 'learning_rate', 'steps_per_sec', hooks_lib.ExamplesPerSecond.NAME)
 
   def __init__(self, start_step: int, total_steps: int):
     self.start_step, self.total_steps, self.start_time = start_step, total_steps, time.time()
@@ -409,8 +409,10 @@ class _Progress:
     done = step - self.start_step
     eta = (time.time() - self.start_time) / done * (self.total_steps - step) if done else float('nan')
     extras = ''.join(f' {k}={v:.4g}' for k, v in logs.items() if k not in self._SHOWN)
+    examples = logs.get(hooks_lib.ExamplesPerSecond.NAME)
+    rate = f'{examples:.1f} img/s' if examples is not None else f'{logs["steps_per_sec"]:.3g} steps/s'
     return (f'step {step}/{self.total_steps} loss={logs["loss"]:.4f} lr={logs.get("learning_rate", math.nan):.4g} '
-            f'{logs["images_per_sec"]:.1f} img/s ETA {_format_seconds(eta)}{extras}')
+            f'{rate} ETA {_format_seconds(eta)}{extras}')
 
 
 def _json(payload: Mapping[str, Any]) -> str:

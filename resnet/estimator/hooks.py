@@ -1,6 +1,6 @@
 """Loop hooks: what runs between compiled training loops (profiling, preemption, NaN checks, logging).
 
-The runner owns *when* a loop runs; hooks only observe loop boundaries and may ask for an earlier one. A hook
+The estimator owns *when* a loop runs; hooks only observe loop boundaries and may ask for an earlier one. A hook
 never touches the model or the step function, so turning one off costs nothing inside the compiled loop.
 """
 import math
@@ -12,17 +12,17 @@ from absl import logging
 class LoopHook:
   """Base class; override what you need. All steps are global steps."""
 
-  # When any active hook sets this, the runner wraps each loop call in a profiler step marker
+  # When any active hook sets this, the estimator wraps each loop call in a profiler step marker
   # (tf.profiler.experimental.Trace('train', step_num=..., _r=1)), so profile tools see steps.
   step_markers: bool = False
 
-  def begin(self, runner, step: int) -> None:
-    """Called once at the start of Runner.train(), with the step training resumes from."""
+  def begin(self, estimator, step: int) -> None:
+    """Called once at the start of Estimator.train(), with the step training resumes from."""
 
   def next_boundary(self, step: int) -> Optional[int]:
     """The next global step (> step) at which this hook wants a loop to end, or None for no preference.
 
-    The runner ends each loop at the earliest of: step + iterations_per_loop, the next checkpoint step,
+    The estimator ends each loop at the earliest of: step + iterations_per_loop, the next checkpoint step,
     max_steps, and every hook's boundary. Returning step + 1 gives one step per loop (per-step markers).
     """
     return None
@@ -31,10 +31,24 @@ class LoopHook:
     """Called right before a loop of ``num_steps`` steps that starts at ``step``."""
 
   def after_loop(self, step: int, logs: Dict[str, float]) -> None:
-    """Called after a loop; ``step`` is the global step reached; logs hold loss, learning_rate, ..."""
+    """Called after a loop; ``step`` is the global step reached; logs hold loss, steps_per_sec and model_fn's
+    scalars. A hook may add entries: they are logged and written to TensorBoard like the others."""
 
   def end(self, step: int) -> None:
-    """Called once when Runner.train() returns or raises (always, in a finally block)."""
+    """Called once when Estimator.train() returns or raises (always, in a finally block)."""
+
+
+class ExamplesPerSecond(LoopHook):
+  """Adds ``images_per_sec`` (steps/s x the global batch) to each loop's logs: the progress line shows it and
+  TensorBoard gets it as a scalar. The estimator itself only knows steps."""
+
+  NAME = 'images_per_sec'
+
+  def __init__(self, global_batch_size: int):
+    self.global_batch_size = int(global_batch_size)
+
+  def after_loop(self, step: int, logs: Dict[str, float]) -> None:
+    logs[self.NAME] = logs['steps_per_sec'] * self.global_batch_size
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -42,9 +56,9 @@ class NonFiniteLossError(FloatingPointError):
 
 
 class NanGuard(LoopHook):
-  """Stops training on a NaN/Inf loss before the runner checkpoints the bad weights.
+  """Stops training on a NaN/Inf loss before the estimator checkpoints the bad weights.
 
-  The runner calls after_loop before saving, so raising here leaves the last good checkpoint the latest one.
+  The estimator calls after_loop before saving, so raising here leaves the last good checkpoint the latest one.
   """
 
   def after_loop(self, step: int, logs: Dict[str, float]) -> None:

@@ -103,7 +103,7 @@ class ProfilerHook(LoopHook):
     self._window = parse_profile_steps(profile_steps)
     if not self._every_n and self._window is None:
       raise ValueError('ProfilerHook needs profile_every_n_steps > 0 or profile_steps; '
-                       'without either, do not create it (see make_profiler_hook)')
+                       'without either, do not create it (resnet/profiling.py does not)')
     self._duration_s = duration_ms / 1000.0
     self._logdir = logdir
     self._next_due: Optional[int] = None
@@ -239,33 +239,3 @@ class ProfilerHook(LoopHook):
                  'Profile tab; text report: python -m tools.profile_report --logdir %s)',
                  capture.start_step, capture.end_step, capture.end_step - capture.start_step,
                  time.time() - capture.start_time, capture.run_dir, self._logdir, capture.run_dir)
-
-
-def make_profiler_hook(params: Mapping[str, Any], logdir: Optional[str] = None) -> Optional[ProfilerHook]:
-  """The hook for params (profile_every_n_steps, tpu_profile_duration, profile_steps), or None when both are off.
-
-  None means zero cost: the runner then has no profiling hook and no step markers.
-  """
-  every_n = int(params.get('profile_every_n_steps') or 0)
-  profile_steps = params.get('profile_steps') or None
-  if every_n <= 0 and parse_profile_steps(profile_steps) is None:
-    return None
-  return ProfilerHook(profile_every_n_steps=every_n, duration_ms=int(params.get('tpu_profile_duration') or 1000),
-                      profile_steps=profile_steps, logdir=logdir)
-
-
-def start_profiler_server(port: int) -> bool:
-  """Starts TensorFlow's profiler gRPC server for on-demand capture (tools/capture_profile.py); port 0 = off.
-
-  Returns whether a server was started. The server has no authentication and listens on every interface.
-  """
-  if not port or port <= 0:
-    return False
-  logging.warning(
-      "Starting TensorFlow's profiler server on port %d. It listens on ALL network interfaces with NO "
-      'authentication: anyone who can reach the port can trace this job and make it write profile files to a '
-      'directory of their choosing. Use it only on a trusted network, or firewall the port.', port)
-  tf.profiler.experimental.server.start(port)
-  logging.info('Profiler server up; capture with: python -m tools.capture_profile --service_addr=<host>:%d '
-               '--logdir=<model_dir>', port)
-  return True
