@@ -36,6 +36,7 @@ from resnet import model_dir as model_dir_lib
 from resnet import resnet_flags
 from resnet import resnet_model_fn
 from resnet import run_lock
+from resnet.estimator import checkpoints as checkpoints_lib
 from resnet.estimator import distribution
 from resnet.estimator import files
 from resnet.estimator import hooks as hooks_lib
@@ -69,7 +70,7 @@ def train_and_eval(estimator: Estimator, params: Params) -> None:
 def evaluate(estimator: Estimator, params: Params) -> None:
   eval_input = input_source(params, 'validation').input_fn
   if params.eval_checkpoint:  # one-shot
-    estimator.evaluate(eval_input, checkpoint_path=resolve_checkpoint(params.eval_checkpoint),
+    estimator.evaluate(eval_input, checkpoint_path=checkpoints_lib.resolve(params.eval_checkpoint),
                        weights=eval_weights(estimator))
     return
   try:
@@ -158,15 +159,6 @@ def export(estimator: Estimator, params: Params) -> Optional[str]:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def resolve_checkpoint(path: str) -> str:
-  if tf.io.gfile.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if not latest:
-      raise NoCheckpointError(f'No checkpoint found in directory {path}.')
-    return latest
-  return path
-
-
 def read_class_names(params: Params) -> List[str]:
   path = params.labels_file or (os.path.join(params.data_dir, 'labels.txt') if params.data_dir else None)
   return dataset_info.model_class_names(path, params.num_label_classes)

@@ -44,6 +44,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from resnet import ema as ema_lib
 from resnet import resnet_model
+from resnet.estimator import checkpoints as checkpoints_lib
 
 OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
 MODEL_NODE = 'model'
@@ -53,7 +54,6 @@ Shape = Tuple[int, ...]
 # A reference (TF1) model variable, possibly under outer scopes: '<scopes/>conv2d_7/kernel'.
 _TF1_LEAF = re.compile(r'(?:^|/)((?:conv2d|batch_normalization|evonorm|dense)(?:_\d+)?/'
                        r'(?:kernel|bias|gamma|beta|v|moving_mean|moving_variance))$')
-_DATA_SUFFIX = re.compile(r'\.data-\d{5}-of-\d{5}$')
 TF1_EMA_SUFFIX = '/ExponentialMovingAverage'
 
 
@@ -73,37 +73,7 @@ class WarmStartSummary:
 
 
 # ------------------------------------------------------------------------------------------------ paths
-def resolve_checkpoint(path: str) -> str:
-  """A checkpoint prefix from a prefix, a ``.index``/``.data-*`` file name, or a directory (its latest)."""
-  if tf.io.gfile.isdir(path):
-    return _latest_in_directory(path)
-  if os.path.basename(path) == 'checkpoint':  # the CheckpointManager's state file: its directory was meant
-    return _latest_in_directory(os.path.dirname(path) or '.')
-  prefix = _DATA_SUFFIX.sub('', path)
-  for suffix in ('.index', '.meta'):
-    if prefix.endswith(suffix):
-      prefix = prefix[:-len(suffix)]
-  if not (tf.io.gfile.exists(prefix + '.index') or tf.io.gfile.exists(prefix)):
-    raise FileNotFoundError(f'Warm-start checkpoint {path} not found (no {prefix}.index). Pass a checkpoint '
-                            f'prefix such as model_dir/model.ckpt-1000, or a directory holding checkpoints.')
-  return prefix
-
-
-def _latest_in_directory(directory: str) -> str:
-  latest = tf.train.latest_checkpoint(directory)
-  if latest:
-    return latest
-  # Copied checkpoints often lack the 'checkpoint' state file: take the highest step among the *.index files.
-  indexes = tf.io.gfile.glob(os.path.join(directory, '*.index'))
-  if not indexes:
-    raise FileNotFoundError(f'No checkpoint found in directory {directory} (no "checkpoint" state file and no '
-                            f'*.index files).')
-  return max(indexes, key=lambda p: (_step_of(p[:-len('.index')]), p))[:-len('.index')]
-
-
-def _step_of(prefix: str) -> int:
-  match = re.search(r'-(\d+)$', prefix)
-  return int(match.group(1)) if match else -1
+resolve_checkpoint = checkpoints_lib.resolve
 
 
 # ------------------------------------------------------------------------------------------------ tf2 format

@@ -5,6 +5,7 @@ a throw-away copy to a private temp directory that is deleted at exit (as orbit 
 """
 import atexit
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -26,6 +27,37 @@ def checkpoint_step(path: str) -> int:
     return int(path.rsplit('-', 1)[1])
   except (IndexError, ValueError):
     return -1
+
+
+_DATA_SUFFIX = re.compile(r'\.data-\d{5}-of-\d{5}$')
+
+
+def resolve(path: str) -> str:
+  """A checkpoint prefix from a prefix, a ``.index``/``.data-*`` file name, the ``checkpoint`` state file, or a
+  directory (its latest; without a state file, as in copied checkpoints, the highest step among ``*.index``)."""
+  if tf.io.gfile.isdir(path):
+    return _latest_in_directory(path)
+  if os.path.basename(path) == 'checkpoint':  # the CheckpointManager's state file: its directory was meant
+    return _latest_in_directory(os.path.dirname(path) or '.')
+  prefix = _DATA_SUFFIX.sub('', path)
+  for suffix in ('.index', '.meta'):
+    if prefix.endswith(suffix):
+      prefix = prefix[:-len(suffix)]
+  if not (tf.io.gfile.exists(prefix + '.index') or tf.io.gfile.exists(prefix)):
+    raise FileNotFoundError(f'Checkpoint {path} not found (no {prefix}.index). Pass a checkpoint prefix such as '
+                            f'model_dir/model.ckpt-1000, or a directory holding checkpoints.')
+  return prefix
+
+
+def _latest_in_directory(directory: str) -> str:
+  latest = tf.train.latest_checkpoint(directory)
+  if latest:
+    return latest
+  indexes = tf.io.gfile.glob(os.path.join(directory, '*.index'))
+  if not indexes:
+    raise FileNotFoundError(f'No checkpoint found in directory {directory} (no "checkpoint" state file and no '
+                            f'*.index files).')
+  return max(indexes, key=lambda p: (checkpoint_step(p[:-len('.index')]), p))[:-len('.index')]
 
 
 class Checkpoints:
