@@ -340,16 +340,16 @@ def replica_noise(shape, seed_generator: keras.random.SeedGenerator) -> tf.Tenso
   return tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float32)
 
 
-@keras.saving.register_keras_serializable(package='resnet')
-class Dropout(keras.layers.Layer):
-  """Inverted dropout with a mask of its own on each replica (``replica_noise``); identity at inference.
+class _ReplicaMask(keras.layers.Layer):
+  """A training-only random mask at ``rate``, drawn per replica (``replica_noise``) from the layer's
+  ``seed_generator`` (the attribute Keras' Dropout has, so checkpoints keep their layout)."""
 
-  Keras' Dropout draws the same mask on every replica. Same checkpoint layout (a ``seed_generator``)."""
+  WHAT = 'mask'
 
   def __init__(self, rate: float, seed: int | None = None, **kwargs):
     super().__init__(**kwargs)
     if not 0.0 <= float(rate) < 1.0:
-      raise ValueError(f'{self.name}: the dropout rate must be in [0, 1), got {rate!r}.')
+      raise ValueError(f'{self.name}: the {self.WHAT} rate must be in [0, 1), got {rate!r}.')
     self.rate = float(rate)
     self.seed = seed
     self.seed_generator = keras.random.SeedGenerator(seed, name=f'{self.name}_seed_generator')
@@ -357,8 +357,10 @@ class Dropout(keras.layers.Layer):
   def call(self, inputs, training=None):
     if not training or self.rate == 0.0:
       return inputs
-    keep = tf.cast(replica_noise(tf.shape(inputs), self.seed_generator) >= self.rate, inputs.dtype)
-    return inputs * keep / tf.cast(1.0 - self.rate, inputs.dtype)
+    return self.masked(inputs)
+
+  def masked(self, inputs):
+    raise NotImplementedError
 
   def compute_output_shape(self, input_shape):
     return input_shape
@@ -368,38 +370,35 @@ class Dropout(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package='resnet')
-class StochasticDepth(keras.layers.Layer):
+class Dropout(_ReplicaMask):
+  """Inverted dropout with a mask of its own on each replica; identity at inference (Keras' Dropout draws the same
+  mask on every replica)."""
+
+  WHAT = 'dropout'
+
+  def masked(self, inputs):
+    keep = tf.cast(replica_noise(tf.shape(inputs), self.seed_generator) >= self.rate, inputs.dtype)
+    return inputs * keep / tf.cast(1.0 - self.rate, inputs.dtype)
+
+
+@keras.saving.register_keras_serializable(package='resnet')
+class StochasticDepth(_ReplicaMask):
   """Drop-connect on a residual branch (Huang et al. 2016): training only, identity at inference.
 
   Each example's branch is kept with probability 1 - rate and then scaled by 1 / (1 - rate):
   ``x / keep * floor(keep + U[0, 1))``. The uniform draw is float32 (a bfloat16 draw would round the keep
-  probability) comes from a Keras SeedGenerator folded with the replica id (``replica_noise``), so
+  probability) and comes from a Keras SeedGenerator folded with the replica id (``replica_noise``), so
   ``keras.utils.set_random_seed`` before building makes it reproducible, each replica draws its own, and it
   compiles under XLA.
   """
 
-  def __init__(self, rate: float, seed: int | None = None, **kwargs):
-    super().__init__(**kwargs)
-    if not 0.0 <= float(rate) < 1.0:
-      raise ValueError(f'{self.name}: the stochastic depth rate must be in [0, 1), got {rate!r}.')
-    self.rate = float(rate)
-    self.seed = seed
-    self.seed_generator = keras.random.SeedGenerator(seed, name=f'{self.name}_seed_generator')
+  WHAT = 'stochastic depth'
 
-  def call(self, inputs, training=None):
-    if not training or self.rate == 0.0:
-      return inputs
+  def masked(self, inputs):
     keep = 1.0 - self.rate
     shape = [tf.shape(inputs)[0]] + [1] * (len(inputs.shape) - 1)
-    noise = replica_noise(shape, self.seed_generator)
-    scale = tf.floor(keep + noise) / keep
+    scale = tf.floor(keep + replica_noise(shape, self.seed_generator)) / keep
     return inputs * tf.cast(scale, inputs.dtype)
-
-  def compute_output_shape(self, input_shape):
-    return input_shape
-
-  def get_config(self):
-    return {**super().get_config(), 'rate': self.rate, 'seed': self.seed}
 
 
 # --------------------------------------------------------------------------------------------------------------
