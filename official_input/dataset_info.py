@@ -108,7 +108,7 @@ def read_dataset_info(data_dir: Optional[str], labels_file: Optional[str] = None
   Raises ValueError naming the file when summary.json is not valid JSON or has the wrong structure, and when
   labels.txt and summary.json disagree on the class count.
   """
-  if not data_dir or data_dir in ('null', 'None'):
+  if is_synthetic(data_dir):
     return None
   path = os.path.join(data_dir, SUMMARY_FILE)
   if not tf.io.gfile.exists(path):
@@ -245,3 +245,11 @@ def has_background_class(num_label_classes: int, num_data_classes: Optional[int]
   if num_data_classes is None:
     return num_label_classes == IMAGENET_CLASSES_WITH_BACKGROUND
   return num_label_classes == num_data_classes + 1
+
+
+NULL_DATA_DIRS = (None, '', 'null', 'None')
+
+
+def is_synthetic(data_dir: Optional[str]) -> bool:
+  """data_dir None, '', 'null' or 'None' selects synthetic tensors (the reference's null input): the one rule."""
+  return data_dir in NULL_DATA_DIRS

@@ -40,7 +40,7 @@ def _int64(value: int) -> tf.train.Feature:
 
 def make_example(encoded: bytes, image_format: str, label: int, text: str, height: int, width: int,
                  filename: str) -> tf.train.Example:
-  """One image as a tf.train.Example in the seed's schema. ``label`` is 1-based."""
+  """One image as a tf.train.Example in the ImageNet-TFRecord schema above. ``label`` is 1-based."""
   return tf.train.Example(features=tf.train.Features(feature={
       ENCODED: _bytes(encoded),
       FORMAT: _bytes(image_format.encode()),

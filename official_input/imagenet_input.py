@@ -16,8 +16,8 @@ Design, and why:
 - Eval is finite and deterministic: sorted files, deterministic interleave, no shuffle, the last batch padded to
   ``B`` (label -1, filename ''), and whole padding batches appended so that every replica of a worker gets the
   same number of batches.
-- ``pipeline='basic'`` is the seed's sequential pipeline, kept for comparison: one reader, full decode of each image
-  (no ``decode_and_crop``), no parallelism, no prefetch, tf.data autotuning and injected parallelism switched off.
+- ``pipeline='basic'`` is a plain sequential pipeline (as simple tutorials write it), kept for comparison: one
+  reader, full decode of each image (no ``decode_and_crop``), no parallelism, no prefetch, tf.data autotuning and injected parallelism switched off.
   It does the same work and has the same bad-record handling; nothing is slowed down on purpose.
 
 Counting skipped records: a ``filter`` after decoding counts each batch's records by status in TF ops
@@ -74,7 +74,7 @@ MAX_READ_CYCLE = 16
 DECODE_PARALLEL_ITERATIONS = 1
 # Training: fail instead of spinning forever when this many records in a row are bad (wrong data or config).
 MAX_CONSECUTIVE_BAD = 1000
-NULL_DATA_DIRS = (None, '', 'null', 'None')
+NULL_DATA_DIRS = dataset_info_lib.NULL_DATA_DIRS
 IMAGENET_CLASSES_WITH_BACKGROUND = dataset_info_lib.IMAGENET_CLASSES_WITH_BACKGROUND
 # Bytes a TFRecord adds around each record: uint64 length, its masked CRC32C, and the data's masked CRC32C.
 TFRECORD_FRAMING_BYTES = 16
@@ -94,9 +94,7 @@ AUGMENT_SEED_SALT = 0x5EED
 has_background_class = dataset_info_lib.has_background_class
 
 
-def is_synthetic(data_dir: Optional[str]) -> bool:
-  """data_dir None, '' or 'null' selects synthetic tensors (the reference's null input)."""
-  return data_dir in NULL_DATA_DIRS
+is_synthetic = dataset_info_lib.is_synthetic
 
 
 def default_split(is_training: bool) -> str:
@@ -459,7 +457,7 @@ class ImageNetInput:
   the data's classes (1001 for ImageNet) keeps the stored 1-based labels (class 0 = background), anything else
   subtracts 1; ``dtype`` is the image dtype
   (values stay 0..255); ``pipeline`` 'optimized' | 'basic'; ``num_parallel_calls`` -1 = AUTOTUNE;
-  ``synthetic_data`` 'random' | 'constant' applies when data_dir is None, '' or 'null'; ``augment`` the training
+  ``synthetic_data`` 'random' | 'constant' applies when data_dir is None, '', 'null' or 'None'; ``augment`` the training
   augmentation; ``include_filename`` makes the features ``{'image', 'filename'}`` (predict); ``seed`` makes the
   input deterministic (see the module docstring); ``num_images`` sizes a synthetic eval; ``fail_on_data_loss``
   makes a damaged shard an error instead of a counted skip. Attributes may be changed after construction;

@@ -5,7 +5,8 @@
   the reference for its 90-epoch runs; the reference floors them to whole epochs, which erases the warm-up of any
   run shorter than 18 epochs -- we don't).
 - ``cosine``: the same warm-up, then half a cosine down to 0 at ``train_steps``.
-- ``exponential``: the seeds' ramp-up / sustain / exponential decay, per whole epoch (as their Keras callback):
+- ``exponential``: the Keras flowers-on-TPU tutorial's ramp-up / sustain / exponential decay, per whole epoch (as its
+  LearningRateScheduler callback):
   ``lr_start`` ramps linearly to the peak over ``lr_rampup_epochs``, holds ``lr_sustain_epochs``, then decays as
   ``(peak - lr_min) * lr_exp_decay ** k + lr_min``.
 """

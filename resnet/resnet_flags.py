@@ -178,7 +178,7 @@ def data_defaults(values: Dict[str, Any]) -> Dict[str, Any]:
   for key, value in resnet_config.IMAGENET_COUNTS.items():
     if values[key] is None and key not in fills:
       fills[key] = value
-      if values['data_dir'] and values['data_dir'] != 'null':
+      if not dataset_info.is_synthetic(values['data_dir']):
         logging.warning('%s is unset and %s has no summary.json: using ImageNet\'s %d.', key, values['data_dir'],
                         value)
   return fills

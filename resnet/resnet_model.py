@@ -90,7 +90,7 @@ def architecture(resnet_depth: int) -> BlockSpec:
 
 
 def group_keep_prob(keep_prob, group: int):
-  """Per-group DropBlock keep prob (reference §1.4 step 4): later groups drop more, group 4 uses kp itself."""
+  """Per-group DropBlock keep prob, as the reference scales it: later groups drop more, group 4 uses kp itself."""
   if group not in (1, 2, 3, 4):
     raise ValueError(f'DropBlock group must be in 1..4, got {group!r}.')
   return 1.0 - (1.0 - keep_prob) / 4.0 ** (4 - group)

@@ -24,7 +24,7 @@ Rows:
   parse only        read + parse the Example (no decoding): the reading ceiling
   single thread     the optimized pipeline's per-batch work on one thread: the cost that sets the bound
   optimized         ImageNetInput(pipeline='optimized') training input_fn: shuffle, repeat, batch, prefetch
-  basic             ImageNetInput(pipeline='basic'): the seed's sequential pipeline (full decode, no parallelism)
+  basic             ImageNetInput(pipeline='basic'): a plain sequential pipeline (full decode, no parallelism)
   ... +randaugment  the same two rows with AutoAugment / RandAugment, each against its own single-thread bound,
   ... +autoaugment  with the extra CPU cost per image of the augmentation (when the pipeline supports it)
 Targets: optimized >= 90% of the bound and >= 2x basic.
