@@ -3,7 +3,7 @@
 A TPU host, a Colab TPU or a pod's other hosts run the dataset where no Python interpreter exists (a
 ``tf.numpy_function`` there fails with "No registered 'PyFunc' OpKernel"), and a Python call per batch also costs
 input throughput. So the dataset graph keeps its counts in resource variables (created on the input pipeline's
-own device), logs through TensorFlow's C++ logger (``tf.print`` to ``log(warning)``), and stops a run with an
+own device), prints warnings to stderr with ``tf.print`` (a C++ kernel), and stops a run with an
 assertion whose message names the record, the shard and the fix. Python reads the variables between loops.
 
 Per input pipeline: skipped records by reason, the current run of consecutive bad records (training fails after
@@ -164,6 +164,7 @@ class InputAccounting:
     histogram = histogram * tf.constant([0] + [1] * (len(_REASON_TABLE) - 1), tf.int64)  # OK is no skip
     with tf.control_dependencies([check]):
       before = tf.reduce_sum(counters.by_reason.read_value())
+    with tf.control_dependencies([before]):  # read before the update: the running count of each bad record
       updates = [counters.by_reason.assign_add(histogram),
                  counters.pass_counts.assign_add(tf.stack([num_good, num_bad, tf.constant(0, tf.int64)]))]
       consecutive = counters.consecutive_bad.assign(

@@ -17,12 +17,13 @@ Design, and why:
   ``B`` (label -1, filename ''), and whole padding batches appended so that every replica of a worker gets the
   same number of batches.
 - ``pipeline='basic'`` is a plain sequential pipeline (as simple tutorials write it), kept for comparison: one
-  reader, full decode of each image (no ``decode_and_crop``), no parallelism, no prefetch, tf.data autotuning and injected parallelism switched off.
+  reader, full decode of each image (no ``decode_and_crop``), no parallelism, no prefetch, tf.data autotuning and
+  injected parallelism switched off.
   It does the same work and has the same bad-record handling; nothing is slowed down on purpose.
 
 Counting skipped records: a ``filter`` after decoding counts each batch's records by status in TF ops
-(``accounting.py``: resource variables, C++ logging, assertions), so the dataset holds no Python op and runs on TPU
-hosts without a Python interpreter. Read the counts between training loops with
+(``accounting.py``: resource variables, warnings printed to stderr by TF ops, assertions), so the dataset holds no
+Python op and runs on TPU hosts without a Python interpreter. Read the counts between training loops with
 ``ImageNetInput.skipped_records`` / ``skipped_by_reason``.
 
 Damaged shards (an interrupted copy, a flipped bit): TFRecord framing errors stop ``TFRecordDataset`` with a
@@ -681,12 +682,21 @@ class ImageNetInput:
       counts.append(shard.records if shard is not None and shard.records is not None else -1)
     return counts
 
-  def _expected_pass_records(self, counts: Sequence[int], reads_all_files: bool) -> Optional[int]:
-    """Records one pass should read: the sum of per-shard counts, else the split size if this pipeline reads all."""
-    if counts and min(counts) >= 0:
-      return sum(counts)
+  def _expected_pass_records(self, counts: Sequence[int], reads_all: bool, first_n: bool, index: int,
+                             count: int) -> Optional[int]:
+    """Records one pass of this pipeline should yield: its files' per-shard counts (else the split size when it
+    reads every file), at most the first N when it reads every file, and its every count-th of those when it
+    shards by record."""
     info = self.dataset_info()
-    return info.split_images(self.split) if info is not None and reads_all_files else None
+    if counts and min(counts) >= 0:
+      total = sum(counts)
+    elif info is not None and reads_all:
+      total = info.split_images(self.split)
+    else:
+      return None
+    if reads_all and first_n:
+      total = min(total, self.num_images)
+    return len(range(index, total, count)) if reads_all and count > 1 else total
 
   def read_records(self, files: Sequence[str], context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
     """Serialized records for this pipeline: sharded by file (or by record when files are few), then read.
@@ -696,7 +706,8 @@ class ImageNetInput:
     index, count, _ = context_ids(context)
     all_files = list(files)
     files, shard_records = shard_files(files, index, count)
-    if count > 1 and self._takes_first_records():
+    first_n = not self.is_training and bool(self.num_images)  # num_eval/test_images: the first N records
+    if count > 1 and first_n and self._takes_first_records():
       # The first N records of the sorted files, each exactly once: every pipeline reads them in the same order
       # and keeps its every count-th (file shards differ in size, so a per-pipeline share would miss records).
       files, shard_records = all_files, True
@@ -707,7 +718,8 @@ class ImageNetInput:
       logging.info('Input pipeline %d of %d reads %d %s files', index, count, len(files), self.split)
     sizes = self.check_shard_sizes(files)
     expected = self.expected_file_records(files)
-    self._stats.expected_records = self._expected_pass_records(expected, reads_all_files=count <= 1 or shard_records)
+    reads_all = count <= 1 or shard_records
+    self._stats.expected_records = self._expected_pass_records(expected, reads_all, first_n, index, count)
     basic = self.pipeline == 'basic'
     seeded = self.seed is not None
     # Reading order must be the same on every pipeline when records are sharded, and fixed for eval and seeded runs.
@@ -730,7 +742,7 @@ class ImageNetInput:
       cycle = max(1, min(len(files), MAX_READ_CYCLE, width))
       records = file_ds.interleave(_read, cycle_length=cycle, block_length=1, num_parallel_calls=AUTOTUNE,
                                    deterministic=deterministic)
-    if count > 1 and self._takes_first_records():
+    if first_n and reads_all:
       records = records.take(self.num_images)
     if shard_records:
       records = records.shard(count, index)
@@ -749,15 +761,6 @@ class ImageNetInput:
     record_check.check_first_records(files[0])
     self.check_listed_shards(files)
     records = self.read_records(files, context)
-    index, count, _ = context_ids(context)
-    if not self.is_training and self.num_images and count == 1:  # num_eval/test_images: the first N records
-      records = records.take(self.num_images)
-      if self._stats.expected_records is not None:
-        self._stats.expected_records = min(self._stats.expected_records, self.num_images)
-    elif not self.is_training and self.num_images and self._takes_first_records():
-      share = len(range(index, self.num_images, count))
-      if self._stats.expected_records is not None:
-        self._stats.expected_records = min(self._stats.expected_records, share)
     if self.use_cache and self.is_training:
       records = cached_in_shuffled_blocks(records, self._cache_blocks(), self.seed)
     if self.is_training:

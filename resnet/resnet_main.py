@@ -121,7 +121,9 @@ def make_hooks(params: Params, estimator: Estimator,
 
 
 def eval_weights(estimator: Estimator):
-  return resnet_model_fn.eval_weights(estimator.scope, estimator.checkpoints, estimator.params)
+  """Evaluate with the moving-average weights when the run keeps them (as the reference does). A checkpoint
+  without averages has them reset to its weights when restored (ema.ModelEMA.not_in_checkpoint)."""
+  return resnet_model_fn.averaged_weights(estimator.scope) if estimator.params['moving_average_decay'] else None
 
 
 def warm_start_if_new(estimator: Estimator, params: Params) -> None:

@@ -12,7 +12,6 @@ Everything inside the replica step is TPU-clean: numeric dtypes only (no float64
 import contextlib
 from typing import Any, Callable, ContextManager, Dict, Mapping, Optional
 
-from absl import logging
 import keras
 import tensorflow as tf
 
@@ -85,24 +84,6 @@ def averaged_weights(scope: ObjectScope) -> Callable[[], ContextManager]:
   def context() -> ContextManager:
     ema = moving_average(scope)
     return ema.averaged_weights() if ema is not None else contextlib.nullcontext()
-  return context
-
-
-def eval_weights(scope: ObjectScope, checkpoints: Any, params: Mapping[str, Any]
-                 ) -> Optional[Callable[[], ContextManager]]:
-  """Evaluate with the moving-average weights when the run keeps them (as the reference does), and with the raw
-  weights, saying so, when the evaluated checkpoint has no averages (its shadows would be uninitialised).
-  ``checkpoints``: the estimator's ``Checkpoints`` (what the variables hold)."""
-  if not params['moving_average_decay']:
-    return None
-  averaged = averaged_weights(scope)
-
-  def context() -> ContextManager:
-    if checkpoints.holds_own_training or ema_lib.CHECKPOINT_NAME in checkpoints.objects_in_holds:
-      return averaged()
-    logging.warning('%s holds no moving averages although moving_average_decay=%g: evaluating its raw weights.',
-                    checkpoints.holds, params['moving_average_decay'])
-    return contextlib.nullcontext()
   return context
 
 

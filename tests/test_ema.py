@@ -185,9 +185,8 @@ def test_eval_with_averages_on_a_checkpoint_without_them_evaluates_the_raw_weigh
   averaging = tiny.resnet_estimator(dict(params, model_dir=str(tmp_path / 'eval'), moving_average_decay=0.9))
   with caplog.at_level(py_logging.WARNING):
     results = averaging.evaluate(eval_input, checkpoint_path=checkpoint,
-                                 weights=resnet_model_fn.eval_weights(averaging.scope, averaging.checkpoints,
-                                                                     averaging.params))
-  assert 'holds no moving averages' in caplog.text
+                                 weights=resnet_model_fn.averaged_weights(averaging.scope))
+  assert 'has no moving averages: they start from its weights' in caplog.text
   for key in ('loss', 'top_1_accuracy'):
     assert results[key] == pytest.approx(raw[key], rel=1e-5), key
   # Resuming such a run with averages on: they start from the restored weights, not the random initial ones.

@@ -214,8 +214,8 @@ def test_workers_train_and_eval_from_an_empty_model_dir_and_evaluate_every_image
   """3 workers alternate training and whole-split eval from an empty model_dir (each eval uses the weights the
   workers hold, never a chief's file that may be older or not yet written), then the chief exports; 37 validation
   images in uneven shards (13, 13, 11: 2 files for worker 0, 1 each for the others) are each counted once, and
-  equal a single process's eval of the same checkpoint. Then 2 workers evaluate that checkpoint: the whole split, and the first
-  20 images."""
+  equal a single process's eval of the same checkpoint. Then 2 workers evaluate that checkpoint: the whole split,
+  and the first 20 images."""
   data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=24, num_validation=37, num_shards=3)
   model_dir = tmp_path / 'model'
   _start_all(_worker_runs(tmp_path, 'w', 3, [

@@ -74,15 +74,6 @@ class Checkpoints:
     self._manager_keys: Tuple[str, ...] = ()
     self.holds: Optional[str] = None  # None: nothing loaded yet; else a checkpoint path, INITIAL or TRAINED
     self._saved_here: Optional[str] = None  # the model_dir path of this process's last save
-    # The scope objects whose values the variables hold from ``holds`` (a restore skips objects a checkpoint
-    # lacks: they keep whatever they held).
-    self.objects_in_holds: frozenset = frozenset()
-    self._restored_own_save = False
-
-  @property
-  def holds_unrestored_save(self) -> bool:
-    """The variables hold this process's training as saved (by the chief), not yet restored from that file."""
-    return self.holds is not None and self.holds == self._saved_here and not self._restored_own_save
 
   def wait_for(self, path: str, timeout: float) -> None:
     """Returns once checkpoint ``path`` is complete (its .index is written last); a clear error after ``timeout``."""
@@ -125,11 +116,12 @@ class Checkpoints:
       self.holds = INITIAL
       return None
     self.checkpoint().restore(path).expect_partial()
-    self.objects_in_holds = frozenset(key.split('/', 1)[0] for key, _ in tf.train.list_variables(path))
+    # Objects the checkpoint lacks keep whatever they held; those that care are told (moving averages start from
+    # the restored weights, not from random ones).
+    in_checkpoint = {key.split('/', 1)[0] for key, _ in tf.train.list_variables(path)}
     for name, obj in self._objects().items():
-      if name not in self.objects_in_holds and hasattr(obj, 'not_in_checkpoint'):
-        obj.not_in_checkpoint(path)  # e.g. moving averages start from the restored weights, not from random ones
-    self._restored_own_save = path == self._saved_here
+      if name not in in_checkpoint and hasattr(obj, 'not_in_checkpoint'):
+        obj.not_in_checkpoint(path)
     self.holds = path
     logging.info('Restored %s (global step %d).', path, int(self._global_step.numpy()))
     return path
@@ -149,6 +141,4 @@ class Checkpoints:
     # Every worker names the chief's file: the workers' variables are equal, a non-chief's copy is throw-away.
     path = os.path.join(self.model_dir, f'{CHECKPOINT_NAME}-{step}')
     self.holds = self._saved_here = path
-    self._restored_own_save = False
-    self.objects_in_holds = frozenset(self._objects())
     return path

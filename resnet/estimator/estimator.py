@@ -31,6 +31,8 @@ from resnet.estimator.stopping import StopControl
 InputFn = Callable[[Dict[str, Any]], tf.data.Dataset]
 # How long a non-chief worker waits for the chief's checkpoint of the step both just trained.
 CHIEF_CHECKPOINT_WAIT_S = 600.0
+_BATCH_SIZE_NAMES = {ModeKeys.TRAIN: 'train_batch_size', ModeKeys.EVAL: 'eval_batch_size',
+                     ModeKeys.PREDICT: 'predict_batch_size'}
 
 
 class TrainingInterrupted(Exception):
@@ -86,8 +88,7 @@ class Estimator:
   def _global_batch(self, mode: str) -> int:
     """The global batch of ``mode``; checked only when the mode is used (a training run on 6 GPUs need not have
     a predict batch that divides by 6)."""
-    name = {ModeKeys.TRAIN: 'train_batch_size', ModeKeys.EVAL: 'eval_batch_size',
-            ModeKeys.PREDICT: 'predict_batch_size'}[mode]
+    name = _BATCH_SIZE_NAMES[mode]
     value = getattr(self.config, name)
     if value % self.num_replicas:
       raise ValueError(f'{name}={value} is not divisible by the {self.num_replicas} replicas of '
@@ -97,8 +98,7 @@ class Estimator:
   def mode_params(self, mode: str) -> Dict[str, Any]:
     """The params model_fn sees in ``mode``: the run's params plus the per-replica batch and the scope."""
     params = dict(self.params)
-    batch = {ModeKeys.TRAIN: self.config.train_batch_size, ModeKeys.EVAL: self.config.eval_batch_size,
-             ModeKeys.PREDICT: self.config.predict_batch_size}[mode]
+    batch = getattr(self.config, _BATCH_SIZE_NAMES[mode])  # unchecked: export builds PREDICT with no data
     params.update(batch_size=max(1, batch // self.num_replicas), scope=self.scope,
                   global_step=self.global_step, num_replicas_in_sync=self.num_replicas, mode=mode)
     return params
@@ -139,7 +139,7 @@ class Estimator:
       # the checkpoint holds.
       if holds == checkpoints_lib.TRAINED:
         return None
-      if not self.is_chief and self.checkpoints.holds_unrestored_save:
+      if not self.is_chief:
         # Waits for the file, not for the chief: a chief-only export after training joins no collective.
         self.checkpoints.wait_for(holds, CHIEF_CHECKPOINT_WAIT_S)
         self.checkpoints.restore(holds)
