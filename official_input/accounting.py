@@ -247,3 +247,17 @@ class InputAccounting:
       done = tf.cond(damaged, record_damage, tf.no_op)
     with tf.control_dependencies([done]):
       return tf.constant(False)
+
+
+class ReportsSkips:
+  """Base of inputs that count bad records in ``self._stats``: the counts their users read between loops."""
+  _stats: InputAccounting
+
+  @property
+  def skipped_records(self) -> int:
+    """Bad records skipped so far by every dataset this object built (read it between training loops)."""
+    return self._stats.skipped
+
+  @property
+  def skipped_by_reason(self) -> Dict[str, int]:
+    return self._stats.by_reason

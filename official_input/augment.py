@@ -18,12 +18,9 @@ RandAugment: translate 100 px, cutout 40) follow the reference TPU implementatio
 - RandAugment draws no unused per-op probability (the reference drew one and ignored it).
 """
 import math
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
-
-if TYPE_CHECKING:  # resnet_preprocessing imports this module; the config is only needed for type hints
-  from official_input.resnet_preprocessing import AugmentConfig  # pylint: disable=g-bad-import-order
 
 MAX_LEVEL = 10.0
 REPLACE_VALUE = 128  # fill for pixels that rotate/shear/translate/cutout leave uncovered (the reference's grey)
@@ -365,14 +362,15 @@ def randaugment(image: tf.Tensor, num_layers: int, magnitude: float, seed: Seed 
 
 
 @tf.autograph.experimental.do_not_convert
-def apply_augment(image: tf.Tensor, augment: 'AugmentConfig', seed: Seed = None) -> tf.Tensor:
-  """Dispatches on ``augment.augment_name``: None or '' is a no-op, else autoaugment / randaugment."""
-  name = augment.augment_name
+def apply_augment(image: tf.Tensor, name: Optional[str], num_layers: int = 2, magnitude: float = 10,
+                  seed: Seed = None) -> tf.Tensor:
+  """Dispatches on ``name``: None or '' is a no-op, else autoaugment / randaugment (N ``num_layers`` ops of level
+  ``magnitude``)."""
   if not name:
     return image
   if name == 'autoaugment':
     return autoaugment(image, seed)
   if name == 'randaugment':
-    return randaugment(image, augment.randaug_num_layers, augment.randaug_magnitude, seed)
+    return randaugment(image, num_layers, magnitude, seed)
   raise ValueError(f'Unknown augment_name {name!r}; use one of {", ".join(AUGMENT_NAMES)} (or leave it empty).')
 

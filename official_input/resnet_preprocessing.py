@@ -270,7 +270,8 @@ def preprocess_for_train(image_bytes: tf.Tensor, image_size: int = IMAGE_SIZE, f
                                                augment.crop_aspect_ratio_range, crop_seed)
   image = decode_and_crop(image_bytes, window_fn, full_decode, image_size if fast_decode else None)
   image = resize(image, image_size, method)
-  image = augment_lib.apply_augment(image, augment, augment_seed)
+  image = augment_lib.apply_augment(image, augment.augment_name, augment.randaug_num_layers,
+                                    augment.randaug_magnitude, augment_seed)
   if augment.random_flip:
     image = random_flip(image, flip_seed)
   return image

@@ -1,0 +1,152 @@
+"""A split's TFRecord shards: finding them, checking them against summary.json, and reading them accounted.
+
+Damaged shards (an interrupted copy, a flipped bit): TFRecord framing errors stop ``TFRecordDataset`` with a
+DataLoss error at the bad record, and the rest of that file is unreadable. Two checks find them:
+
+- Up front, when ``<data_dir>/summary.json`` records the shards: listed shards that are missing, and each file's
+  byte size (one stat per file) against the converter's. Findings come back as messages; the caller decides
+  whether they are errors (``fail_on_data_loss``) or warnings.
+- While reading, with or without summary.json: every record takes ``len(record) + 16`` bytes in the file (length,
+  two CRCs), so a running count and byte sum per file (``read_accounted``) tell at the file's end whether the
+  reader stopped before the last byte, and, when summary.json knows the file's record count, exactly how many
+  records were lost. A shard cut exactly at a record boundary reads cleanly; only the summary.json checks catch it.
+"""
+import concurrent.futures
+import os
+from typing import List, Optional, Sequence, Tuple
+
+from absl import logging
+import tensorflow as tf
+
+from official_input import dataset_info as dataset_info_lib
+from official_input.accounting import InputAccounting
+
+DatasetInfo = Optional[dataset_info_lib.DatasetInfo]
+
+# TFRecord read buffer (the reference's 8 MiB).
+READ_BUFFER_BYTES = 8 * 1024 * 1024
+# Bytes a TFRecord adds around each record: uint64 length, its masked CRC32C, and the data's masked CRC32C.
+TFRECORD_FRAMING_BYTES = 16
+# Records per accounting step of a shard read (read_accounted): amortises the per-step cost, bounds the extra
+# buffering (per file open in the read interleave) to this many records.
+ACCOUNT_BLOCK_RECORDS = 32
+# Concurrent stats of shard files at pipeline build (one request each; matters on gs://).
+STAT_THREADS = 16
+
+
+def file_pattern(data_dir: Optional[str], split: str) -> str:
+  return os.path.join(data_dir or '', '%s-*' % split)
+
+
+def list_files(data_dir: Optional[str], split: str) -> List[str]:
+  """Sorted ``<data_dir>/<split>-*``; a missing dataset is a clear error, not an empty pipeline."""
+  pattern = file_pattern(data_dir, split)
+  files = sorted(tf.io.gfile.glob(pattern))
+  if not files:
+    raise FileNotFoundError(
+        'No input files match %r. data_dir must hold TFRecord shards named %s-00000-of-NNNNN. Create them with '
+        '`python -m tools.imagenet_to_gcs` (real images) or `python -m tools.make_fake_imagenet '
+        '--output_dir=DIR` (fake data), or set data_dir=null for synthetic input.' % (pattern, split))
+  return files
+
+
+def missing_shards(files: Sequence[str], info: DatasetInfo, data_dir: str, split: str) -> Optional[str]:
+  """A message when shards summary.json lists for ``split`` are missing (their records are lost); files that
+  summary.json does not list are read too, with a warning."""
+  listed = sorted(n for n in (info.shards if info else {}) if n.startswith(split + '-'))
+  if not listed:
+    return None
+  present = {os.path.basename(f) for f in files}
+  extra = sorted(present - set(listed))
+  if extra:
+    logging.warning('%s input: %d files match %s but are not in %s (e.g. %s): left over from another '
+                    'conversion? They are read too.', split, len(extra), file_pattern(data_dir, split),
+                    info.summary_path, extra[0])
+  missing = [n for n in listed if n not in present]
+  if not missing:
+    return None
+  lost = sum(r for r in (info.shards[n].records for n in missing) if r is not None)
+  return (f'{split} input: {len(missing)} shards listed in {info.summary_path} are missing from '
+          f'{data_dir} (e.g. {missing[0]}; {lost} records).')
+
+
+def file_sizes(files: Sequence[str]) -> List[int]:
+  """Each file's size in bytes: one stat per file, concurrent."""
+  with concurrent.futures.ThreadPoolExecutor(max(1, min(STAT_THREADS, len(files)))) as pool:
+    return list(pool.map(lambda f: int(tf.io.gfile.stat(f).length), files))
+
+
+def wrong_sizes(files: Sequence[str], sizes: Sequence[int], info: DatasetInfo, split: str) -> Optional[str]:
+  """A message naming the files whose size differs from the converter's (a truncated or altered copy)."""
+  wrong = []
+  for path, size in zip(files, sizes):
+    shard = info.shard(path) if info else None
+    if shard is not None and shard.bytes is not None and shard.bytes != size:
+      expected = f'{shard.records} records expected' if shard.records is not None else 'record count unknown'
+      wrong.append(f'{path} has {size} bytes, {info.summary_path} says {shard.bytes} ({expected})')
+  if not wrong:
+    return None
+  return (f'{split} input: {len(wrong)} shards do not have the size the converter wrote: ' + '; '.join(wrong[:10])
+          + (f'; and {len(wrong) - 10} more' if len(wrong) > 10 else '') + '.')
+
+
+def file_records(files: Sequence[str], info: DatasetInfo) -> List[int]:
+  """summary.json's record count of each file, -1 where unknown."""
+  counts = []
+  for path in files:
+    shard = info.shard(path) if info else None
+    counts.append(shard.records if shard is not None and shard.records is not None else -1)
+  return counts
+
+
+def pass_records(counts: Sequence[int], split_total: Optional[int], reads_all: bool, first_n: Optional[int],
+                 index: int, count: int) -> Optional[int]:
+  """Records one pass of a pipeline should yield, or None if unknown.
+
+  Its files' per-shard counts (else the split's size when it reads every file), at most the first ``first_n`` when
+  it reads every file, and its every ``count``-th of those when it shards by record.
+  """
+  if counts and min(counts) >= 0:
+    total = sum(counts)
+  elif split_total is not None and reads_all:
+    total = split_total
+  else:
+    return None
+  if reads_all and first_n:
+    total = min(total, first_n)
+  return len(range(index, total, count)) if reads_all and count > 1 else total
+
+
+def read_accounted(path: tf.Tensor, size: tf.Tensor, expected: tf.Tensor, stats: InputAccounting,
+                   pipeline_id: int = 0) -> tf.data.Dataset:
+  """The records of one TFRecord file, reporting at its end how many were read and how many bytes they span.
+
+  A framing error (bad length or CRC, a cut in mid-record) stops ``TFRecordDataset`` at that record; ignoring the
+  error ends the file there. Each record spans exactly ``len(record) + TFRECORD_FRAMING_BYTES`` bytes, so a running
+  (count, bytes) sum reaching less than the file's ``size`` proves the file was not read to its end, and with
+  ``expected`` (the converter's record count, -1 unknown) how many records were lost (``stats.count_file``).
+
+  Cost: the sums run over blocks of ACCOUNT_BLOCK_RECORDS records (batch, one scan step, unbatch) instead of a
+  function call per record. Measured (CPU time, 110 KB records, busy 2-core machine): bare read 85-98 us per record,
+  accounted read 87-112 us, i.e. ~10 us, 1-2% of a training image's decode and crop; a per-record scan and filter
+  cost ~100 us. ``stats.count_file`` (TF ops) runs once per file.
+  """
+  blocks = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES).ignore_errors().batch(ACCOUNT_BLOCK_RECORDS)
+  # batch() never yields an empty block, so an empty one marks the end of the file; unbatch() then yields nothing.
+  marked = blocks.concatenate(tf.data.Dataset.from_tensors(tf.zeros([0], tf.string)))
+  zero = tf.constant(0, tf.int64)
+  counters = stats.pipeline(pipeline_id)
+
+  def _account(state: Tuple[tf.Tensor, tf.Tensor], block: tf.Tensor) -> Tuple[Tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
+    count, consumed = state
+    count += tf.size(block, out_type=tf.int64)
+    consumed += tf.reduce_sum(tf.cast(tf.strings.length(block), tf.int64) + TFRECORD_FRAMING_BYTES)
+
+    def _report() -> tf.Tensor:
+      return stats.count_file(counters, path, count, consumed, size, expected)
+
+    reported = tf.cond(tf.equal(tf.size(block), 0), _report, lambda: tf.constant(False))
+    with tf.control_dependencies([reported]):
+      return (count, consumed), tf.identity(block)
+
+  return marked.scan((zero, zero), _account).unbatch()

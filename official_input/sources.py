@@ -1,0 +1,45 @@
+"""Record sources: how one "record" becomes (encoded image bytes, stored label int64, filename).
+
+A TFRecord holds a serialized ``tf.train.Example`` (``example_schema``); a raw image file's "record" is its path
+(no label: -1). Each source has a batched form (the fast path) and a one-record form (the per-record fallback).
+"""
+import dataclasses
+from typing import Callable, Tuple
+
+import tensorflow as tf
+
+from official_input import example_schema
+
+Parsed = Tuple[tf.Tensor, tf.Tensor, tf.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSource:
+  """Turns records into (image bytes, stored label int64, filename); batched and one-at-a-time forms."""
+  parse_batch: Callable[[tf.Tensor], Parsed]
+  parse_one: Callable[[tf.Tensor], Parsed]
+  name_of: Callable[[tf.Tensor], tf.Tensor]
+
+
+def _parse_examples(records: tf.Tensor) -> Parsed:
+  parsed = tf.io.parse_example(records, example_schema.FEATURE_SPEC)
+  return parsed[example_schema.ENCODED], parsed[example_schema.LABEL], parsed[example_schema.FILENAME]
+
+
+def _parse_example(record: tf.Tensor) -> Parsed:
+  parsed = tf.io.parse_single_example(record, example_schema.FEATURE_SPEC)
+  return parsed[example_schema.ENCODED], parsed[example_schema.LABEL], parsed[example_schema.FILENAME]
+
+
+TFRECORD_SOURCE = RecordSource(parse_batch=_parse_examples, parse_one=_parse_example,
+                               name_of=lambda record: _parse_example(record)[2])
+
+
+def _read_files(paths: tf.Tensor) -> Parsed:
+  contents = tf.map_fn(tf.io.read_file, paths, fn_output_signature=tf.string)
+  return contents, tf.fill(tf.shape(paths), tf.constant(-1, tf.int64)), paths
+
+
+FILE_SOURCE = RecordSource(parse_batch=_read_files,
+                           parse_one=lambda path: (tf.io.read_file(path), tf.constant(-1, tf.int64), path),
+                           name_of=tf.identity)
