@@ -1,10 +1,11 @@
-"""A nested, lockable, type-checked params dictionary and the reference's override syntaxes.
+"""A flat, lockable, type-checked params dictionary and the reference's override syntaxes.
 
 Re-implements the reference's ``params_dict`` (tensorflow/tpu ``models/hyperparameters/params_dict.py``) with the
-same public names, and fixes its defects on purpose:
+same public names for a flat table of params, and fixes its defects on purpose:
 - overrides are type-checked against the current value (the reference accepted ``train_steps='abc'``);
 - unknown keys name the closest valid keys;
-- restrictions parse ``<=``/``>=`` correctly and accept constants (``a == 3``, ``a in [1, 2]``, ``a != None``);
+- validation is a function of the params (``resnet_config.validate``: typed checks from the param definitions),
+  not restriction strings to parse;
 - YAML is always read with one safe loader that reads ``1e-4`` as a float, in CSV overrides, YAML strings and files
   alike (the reference read files with FullLoader and got the string '1e-4'), and refuses ``!!python/...`` tags;
 - nothing is registered on PyYAML's global classes;
@@ -12,14 +13,14 @@ same public names, and fixes its defects on purpose:
 
 TensorFlow is imported lazily, only to read or write ``gs://`` (or other URL) paths.
 """
-import ast
+import collections.abc
 import copy
 import difflib
 import json
 import numbers
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from absl import logging
 import yaml
@@ -100,15 +101,15 @@ class ParamTypeError(TypeError, ValueError):
   """An override whose type does not match the current value. Also a ValueError, as all bad input here."""
 
 
-def _unknown_key_message(key: str, path: str, known: Sequence[str]) -> str:
-  full = f'{path}.{key}' if path else key
+def _unknown_key_message(key: str, known: Sequence[str]) -> str:
+  """``Unknown param 'x'.`` and the closest valid keys, or all of them when none is close."""
   names = sorted(known)
   close = difflib.get_close_matches(key, names, n=5, cutoff=0.6)
   if close:
     hint = 'Did you mean: ' + ', '.join(close) + '?'
   else:
     hint = 'Valid params here: ' + (', '.join(names) if names else '(none)') + '.'
-  return f'Unknown param {full!r}. {hint}'
+  return f'Unknown param {key!r}. {hint}'
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -116,20 +117,21 @@ def _unknown_key_message(key: str, path: str, known: Sequence[str]) -> str:
 
 
 def _type_name(value: Any) -> str:
-  return 'dict' if isinstance(value, (Mapping, ParamsDict)) else type(value).__name__
+  return 'dict' if isinstance(value, Mapping) else type(value).__name__
 
 
 def _checked_value(name: str, old: Any, new: Any) -> Any:
   """Returns ``new`` converted to the type of ``old``, or raises ParamTypeError naming the param.
 
   Rules: None replaces anything and anything replaces None; bool and int are distinct; an int is accepted for a
-  float (converted); a float is not accepted for an int; lists replace lists; otherwise the types must match.
+  float (converted); a float is not accepted for an int; lists replace lists, dicts replace dicts; otherwise the
+  types must match.
   """
   if new is None or old is None:
     return new
-  if isinstance(new, (Mapping, ParamsDict)):
+  if isinstance(new, Mapping) and not isinstance(old, Mapping):
     raise ParamTypeError(f'Param {name!r} is a scalar ({type(old).__name__} {old!r}); cannot override it with a '
-                         f'dict {new!r}.')
+                         f'dict {dict(new)!r}.')
   problem = None
   if isinstance(old, bool):
     if isinstance(new, bool):
@@ -148,9 +150,12 @@ def _checked_value(name: str, old: Any, new: Any) -> Any:
   elif isinstance(old, (list, tuple)):
     if isinstance(new, (list, tuple)):
       return list(new)
+  elif isinstance(old, Mapping):
+    if isinstance(new, Mapping):
+      return dict(new)
   elif isinstance(new, type(old)):
     return new
-  expected = 'list' if isinstance(old, (list, tuple)) else type(old).__name__
+  expected = 'list' if isinstance(old, (list, tuple)) else _type_name(old)
   message = f'Param {name!r} expects {expected} (current value {old!r}), but got {_type_name(new)} {new!r}.'
   if problem:
     message += f' Hint: {problem}.'
@@ -160,22 +165,29 @@ def _checked_value(name: str, old: Any, new: Any) -> Any:
 # ------------------------------------------------------------------------------------------------------------------
 # ParamsDict
 
-_INTERNAL_ATTRS = ('_params', '_locked', '_restrictions', '_path')
+_INTERNAL_ATTRS = ('_params', '_locked', '_validator', '_aliases')
+Validator = Callable[['ParamsDict'], None]
 
 
-class ParamsDict:
-  """Nested params with attribute access, strict type-checked overrides, restrictions and a lock.
+class ParamsDict(collections.abc.Mapping):
+  """Flat params with attribute access, strict type-checked overrides, a validator and a lock.
 
-  Values live in an internal dict (not in ``__dict__``), so a key can never shadow a method. Nested dicts become
-  nested ParamsDicts. Restrictions are checked by ``validate()`` (and once by the constructor).
+  A read-only ``Mapping`` (``dict(params)`` is a plain shallow copy); values live in an internal dict (not in
+  ``__dict__``), so a key can never shadow a method. A dict value is one value: an override replaces it whole.
+  ``validator`` (e.g. ``resnet_config.validate``) raises ValueError for invalid values; ``validate()`` and the
+  constructor run it. ``aliases`` maps other names of a key (e.g. a reference's old name) to the key; overrides
+  and lookups accept them.
   """
 
-  def __init__(self, default_params: Optional[Union[Mapping[str, Any], 'ParamsDict']] = None,
-               restrictions: Optional[Sequence[str]] = None) -> None:
+  def __init__(self, default_params: Optional[Mapping[str, Any]] = None,
+               validator: Optional[Validator] = None, aliases: Optional[Mapping[str, str]] = None) -> None:
+    if validator is not None and not callable(validator):
+      raise TypeError(f'validator must be a function of the params, got {type(validator).__name__} {validator!r} '
+                      '(restriction strings are not supported).')
     object.__setattr__(self, '_params', {})
     object.__setattr__(self, '_locked', False)
-    object.__setattr__(self, '_restrictions', list(restrictions or []))
-    object.__setattr__(self, '_path', '')
+    object.__setattr__(self, '_validator', validator)
+    object.__setattr__(self, '_aliases', dict(aliases or {}))
     if default_params is not None:
       self.override(default_params, is_strict=False)
     self.validate()
@@ -191,26 +203,22 @@ class ParamsDict:
 
   def __getitem__(self, key: str) -> Any:
     params = self._params
+    key = self._aliases.get(key, key)
     if key not in params:
-      raise UnknownParamError(_unknown_key_message(key, self._path, list(params)))
+      raise UnknownParamError(_unknown_key_message(key, list(params)))
     return params[key]
 
   def __setattr__(self, name: str, value: Any) -> None:
-    # A strict one-key override: type-checked, and a dict value merges into a nested group rather than replacing it.
-    if name in _INTERNAL_ATTRS:
-      raise KeyError(f'{name!r} is reserved for ParamsDict internals.')
-    self.override({name: value}, is_strict=True)
+    self.override({name: value}, is_strict=True)  # A strict, type-checked one-key override.
 
   def __setitem__(self, key: str, value: Any) -> None:
     self.__setattr__(key, value)
 
   def __delattr__(self, name: str) -> None:
-    if name in _INTERNAL_ATTRS:
-      raise KeyError(f'{name!r} is reserved for ParamsDict internals.')
     if self._locked:
-      raise ValueError(f'Params are locked; cannot delete {self._full_name(name)!r}.')
+      raise ValueError(f'Params are locked; cannot delete {name!r}.')
     if name not in self._params:
-      raise UnknownParamError(_unknown_key_message(name, self._path, list(self._params)))
+      raise UnknownParamError(_unknown_key_message(name, list(self._params)))
     del self._params[name]
 
   def __delitem__(self, key: str) -> None:
@@ -219,7 +227,7 @@ class ParamsDict:
   def __contains__(self, key: object) -> bool:
     return key in self._params
 
-  def __iter__(self):
+  def __iter__(self) -> Iterator[str]:
     return iter(list(self._params))
 
   def __len__(self) -> int:
@@ -233,20 +241,18 @@ class ParamsDict:
     return self._params.get(key, default)
 
   def as_dict(self) -> Dict[str, Any]:
-    """A deep copy as plain dicts, safe to mutate, pickle or dump."""
-    return {k: v.as_dict() if isinstance(v, ParamsDict) else copy.deepcopy(v) for k, v in self._params.items()}
+    """A deep copy as a plain dict, safe to mutate, pickle or dump."""
+    return copy.deepcopy(self._params)
 
   def __eq__(self, other: object) -> bool:
-    if isinstance(other, ParamsDict):
-      return self.as_dict() == other.as_dict()
     if isinstance(other, Mapping):
-      return self.as_dict() == dict(other)
+      return self._params == dict(other)
     return NotImplemented
 
   __hash__ = None  # Mutable.
 
   def __repr__(self) -> str:
-    return f'ParamsDict({self.as_dict()!r})'
+    return f'ParamsDict({self._params!r})'
 
   def __str__(self) -> str:
     return params_to_yaml_string(self)
@@ -260,193 +266,48 @@ class ParamsDict:
     for name in _INTERNAL_ATTRS:
       object.__setattr__(self, name, state[name])
 
-  # --- override, lock ---------------------------------------------------------------------------------------------
+  # --- override, validate, lock -----------------------------------------------------------------------------------
 
   def lock(self) -> 'ParamsDict':
-    """Freezes this dict and every nested one: any later set, override or delete raises ValueError."""
+    """Freezes the params: any later set, override or delete raises ValueError."""
     object.__setattr__(self, '_locked', True)
-    for value in self._params.values():
-      if isinstance(value, ParamsDict):
-        value.lock()
     return self
 
   @property
   def is_locked(self) -> bool:
     return self._locked
 
-  def override(self, override_params: Union[Mapping[str, Any], 'ParamsDict'], is_strict: bool = True) -> None:
-    """Overrides values from a (nested) dict; all-or-nothing.
+  def override(self, override_params: Mapping[str, Any], is_strict: bool = True) -> None:
+    """Overrides values from a dict (or ParamsDict); all-or-nothing.
 
     Strict mode refuses unknown keys (KeyError listing the closest keys); non-strict mode adds them. Every
     override of an existing value is type-checked (see ``_checked_value``). Nothing changes if any key fails.
     """
-    if isinstance(override_params, ParamsDict):
-      override_params = override_params.as_dict()
     if not isinstance(override_params, Mapping):
       raise ValueError(f'override() needs a dict or ParamsDict, got {type(override_params).__name__}.')
     if self._locked:
-      names = ', '.join(repr(self._full_name(str(k))) for k in override_params) or '(nothing)'
+      names = ', '.join(repr(str(k)) for k in override_params) or '(nothing)'
       raise ValueError(f'Params are locked; cannot override {names}.')
-    self._override(override_params, is_strict, apply=False)  # Check everything first ...
-    self._override(override_params, is_strict, apply=True)   # ... then apply.
-
-  def _full_name(self, key: str) -> str:
-    return f'{self._path}.{key}' if self._path else key
-
-  def _override(self, override_params: Mapping[str, Any], is_strict: bool, apply: bool) -> None:
-    if self._locked:
-      raise ValueError(f'Params are locked; cannot override {self._path!r}.')
+    updates = {}
     for key, value in override_params.items():
       if not isinstance(key, str):
-        raise KeyError(f'Param names must be strings; got {key!r} under {self._path or "the top level"!r}.')
+        raise KeyError(f'Param names must be strings; got {key!r}.')
+      key = self._aliases.get(key, key)
       if key in _INTERNAL_ATTRS or hasattr(ParamsDict, key):
-        raise KeyError(f'{self._full_name(key)!r} is a reserved name (a ParamsDict method or internal).')
-      if isinstance(value, ParamsDict):
-        value = value.as_dict()
-      if key not in self._params:
-        if is_strict:
-          raise UnknownParamError(_unknown_key_message(key, self._path, list(self._params)))
-        if apply:
-          self._params[key] = self._wrap(key, value)
-        elif isinstance(value, Mapping):
-          self._wrap(key, value)  # Checks nested names.
-        continue
-      old = self._params[key]
-      if isinstance(old, ParamsDict) and value is not None:
-        if not isinstance(value, Mapping):
-          raise ParamTypeError(f'Param {self._full_name(key)!r} is a nested group of params '
-                               f'({", ".join(old)}); cannot override it with the scalar {value!r}.')
-        old._override(value, is_strict, apply)  # pylint: disable=protected-access
-        continue
-      new = _checked_value(self._full_name(key), old, value)
-      if apply:
-        self._params[key] = self._wrap(key, new)
-
-  def _wrap(self, key: str, value: Any) -> Any:
-    """A deep copy of ``value``; dicts become nested ParamsDicts that know their dotted path."""
-    if isinstance(value, Mapping):
-      child = ParamsDict.__new__(ParamsDict)
-      object.__setattr__(child, '_params', {})
-      object.__setattr__(child, '_locked', False)
-      object.__setattr__(child, '_restrictions', [])
-      object.__setattr__(child, '_path', self._full_name(key))
-      child._override(value, is_strict=False, apply=True)  # pylint: disable=protected-access
-      return child
-    return copy.deepcopy(value)
-
-  # --- restrictions -----------------------------------------------------------------------------------------------
+        raise KeyError(f'{key!r} is a reserved name (a ParamsDict method or internal).')
+      if isinstance(value, Mapping):
+        value = dict(value)
+      if key in self._params:
+        value = _checked_value(key, self._params[key], value)
+      elif is_strict:
+        raise UnknownParamError(_unknown_key_message(key, list(self._params)))
+      updates[key] = copy.deepcopy(value)
+    self._params.update(updates)
 
   def validate(self) -> None:
-    """Checks every restriction; raises ValueError listing each violated one with the actual values.
-
-    Restrictions are ``'a <op> b'`` with op one of ``== != < <= > >= in, not in``; each side is a dotted param
-    path or a Python literal (int, float, 'string', None, True/False, [list]). An ordering comparison (<, <=, >,
-    >=) with a side whose value is None counts as satisfied: None means "unset/use the default", and e.g.
-    ``'save_checkpoints_steps > 0'`` should only constrain a value that is set. A path that does not exist raises
-    KeyError (a typo in the restriction itself).
-    """
-    violations = []
-    for restriction in self._restrictions:
-      message = self._check_restriction(restriction)
-      if message:
-        violations.append(message)
-    if violations:
-      raise ValueError('Invalid params: ' + '; '.join(violations))
-
-  def _lookup_path(self, path: str, restriction: str) -> Any:
-    node: Any = self
-    walked = []
-    for part in path.split('.'):
-      if not isinstance(node, ParamsDict) or part not in node:
-        known = list(node) if isinstance(node, ParamsDict) else []
-        prefix = '.'.join(walked)
-        raise UnknownParamError(f'Restriction {restriction!r}: ' + _unknown_key_message(part, prefix, known))
-      node = node[part]
-      walked.append(part)
-    return node.as_dict() if isinstance(node, ParamsDict) else node
-
-  def _operand(self, text: str, restriction: str) -> Tuple[Any, bool]:
-    """Returns (value, is_param_path) of one side of a restriction."""
-    try:
-      return ast.literal_eval(text), False
-    except (ValueError, SyntaxError):
-      pass
-    if not _PATH_RE.fullmatch(text):
-      raise ValueError(f'Restriction {restriction!r}: {text!r} is neither a param path nor a Python literal.')
-    return self._lookup_path(text, restriction), True
-
-  def _check_restriction(self, restriction: str) -> Optional[str]:
-    """Returns None when ``restriction`` holds, else a message with the values involved."""
-    left_text, op, right_text = _split_restriction(restriction)
-    left, left_is_path = self._operand(left_text, restriction)
-    right, right_is_path = self._operand(right_text, restriction)
-    if op in _ORDERING_OPS and (left is None or right is None):
-      return None
-    try:
-      holds = _OPS[op](left, right)
-    except TypeError as e:
-      raise ValueError(f'Restriction {restriction!r} cannot compare {left!r} and {right!r}: {e}') from None
-    if holds:
-      return None
-    values = [f'{text} = {value!r}' for text, value, is_path in
-              ((left_text, left, left_is_path), (right_text, right, right_is_path)) if is_path]
-    return f'restriction {restriction!r} is violated ({", ".join(values)})'
-
-
-_PATH_RE = re.compile(r'[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*')
-_ORDERING_OPS = ('<', '<=', '>', '>=')
-_SYMBOL_OPS = ('==', '!=', '<=', '>=', '<', '>')  # Two-character operators first: the reference's '<=' bug.
-_WORD_OP_RE = re.compile(r'(not\s+in|in)(?![\w.])')
-_OPS = {
-    '==': lambda a, b: a == b,
-    '!=': lambda a, b: a != b,
-    '<': lambda a, b: a < b,
-    '<=': lambda a, b: a <= b,
-    '>': lambda a, b: a > b,
-    '>=': lambda a, b: a >= b,
-    'in': lambda a, b: a in b,
-    'not in': lambda a, b: a not in b,
-}
-
-
-def _split_restriction(restriction: str) -> Tuple[str, str, str]:
-  """Splits ``'a <op> b'`` at its one operator, ignoring operators inside quotes and brackets."""
-  found = []
-  i, depth, quote = 0, 0, None
-  while i < len(restriction):
-    char = restriction[i]
-    if quote:
-      if char == '\\':
-        i += 2
-        continue
-      if char == quote:
-        quote = None
-    elif char in '\'"':
-      quote = char
-    elif char in '([{':
-      depth += 1
-    elif char in ')]}':
-      depth -= 1
-    elif depth == 0:
-      symbol = next((op for op in _SYMBOL_OPS if restriction.startswith(op, i)), None)
-      if symbol:
-        found.append((i, symbol, len(symbol)))
-        i += len(symbol)
-        continue
-      word = _WORD_OP_RE.match(restriction, i)
-      if word and (i == 0 or not (restriction[i - 1].isalnum() or restriction[i - 1] in '_.')):
-        found.append((i, 'not in' if word.group(1).startswith('not') else 'in', word.end() - i))
-        i = word.end()
-        continue
-    i += 1
-  if len(found) != 1:
-    raise ValueError(f'Restriction {restriction!r} must be "a <op> b" with exactly one operator out of '
-                     f'{", ".join(_OPS)}; found {len(found)}.')
-  start, op, length = found[0]
-  left, right = restriction[:start].strip(), restriction[start + length:].strip()
-  if not left or not right:
-    raise ValueError(f'Restriction {restriction!r} needs an operand on both sides of {op!r}.')
-  return left, op, right
+    """Runs the validator, if any: a ValueError names every invalid value."""
+    if self._validator is not None:
+      self._validator(self)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -601,8 +462,7 @@ def _load_yaml_mapping_file(path: str) -> Dict[str, Any]:
   return data
 
 
-def override_params_dict(params: ParamsDict,
-                         dict_or_string_or_yaml_file: Union[None, str, Mapping[str, Any], ParamsDict],
+def override_params_dict(params: ParamsDict, dict_or_string_or_yaml_file: Union[None, str, Mapping[str, Any]],
                          is_strict: bool) -> ParamsDict:
   """Overrides ``params`` from a dict, a ``k=v`` CSV string, a YAML/JSON string or a YAML file path.
 
@@ -612,7 +472,7 @@ def override_params_dict(params: ParamsDict,
   source = dict_or_string_or_yaml_file
   if not source:
     return params
-  if isinstance(source, (Mapping, ParamsDict)):
+  if isinstance(source, Mapping):
     params.override(source, is_strict)
     return params
   if not isinstance(source, str):
@@ -651,7 +511,7 @@ def _parse_override_string(text: str) -> Dict[str, Any]:
 
 
 def read_yaml_to_params_dict(file_path: str) -> ParamsDict:
-  """Reads a YAML params file (e.g. ``model_dir/params.yaml``) into an unlocked, unrestricted ParamsDict."""
+  """Reads a YAML params file (e.g. ``model_dir/params.yaml``) into an unlocked ParamsDict without a validator."""
   return ParamsDict(_load_yaml_mapping_file(file_path))
 
 

@@ -1,7 +1,8 @@
 """Every param a ResNet run reads, defined once: name, default, type, help and allowed values.
 
-Flags (``resnet/resnet_flags.py``), ``RESNET_CFG`` (the defaults dict), ``RESNET_RESTRICTIONS`` and ``--help`` are
-all generated from ``PARAMS``. Values are the reference trainer's where we share a key. Deliberate differences:
+Flags (``resnet/resnet_flags.py``), ``RESNET_CFG`` (the defaults dict), the checks of each value (``check_values``)
+and ``--help`` are all generated from ``PARAMS``; ``make_params`` is the one way to make a run's params (the CLI,
+tools and tests all use it). Values are the reference trainer's where we share a key. Deliberate differences:
 - ``use_tpu`` None and ``strategy`` 'auto': the run picks TPU/GPUs/CPU itself; ``--use_tpu=false`` always runs
   locally, even with a TPU config.
 - ``use_cache`` False: caching ImageNet needs ~150 GB of host RAM; the TPU config turns it on.
@@ -10,13 +11,23 @@ all generated from ``PARAMS``. Values are the reference trainer's where we share
 Keys that only describe a run (model_dir, data_dir, eval_checkpoint, predict_input, the cluster, ...) live here
 too, so that ``model_dir/params.yaml`` fully describes what ran.
 """
+import contextlib
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import numbers
+import operator
+import os
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+
+from absl import logging
+
+from params import params_dict
+from resnet import architectures  # pure Python: the model's facts, without TensorFlow
+from resnet.estimator import run_config  # pure Python: the strategy names
 
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-  """One params key. ``type`` defaults to the default's type; ``checks`` are restriction tails like '> 0'."""
+  """One params key. ``type`` defaults to the default's type; ``checks`` are 'operator number' like '> 0'."""
   name: str
   default: Any
   help: str
@@ -31,8 +42,8 @@ class Param:
 
 
 P = Param
-DEPTHS = (18, 34, 50, 101, 152, 200, 270, 350, 420)
-STRATEGIES = ('auto', 'one_device', 'mirrored', 'multi_worker_mirrored', 'tpu')
+DEPTHS = architectures.SUPPORTED_DEPTHS
+STRATEGIES = run_config.STRATEGIES
 PRECISIONS = ('float32', 'bfloat16', 'float16')
 
 PARAMS: Tuple[Param, ...] = (
@@ -44,7 +55,7 @@ PARAMS: Tuple[Param, ...] = (
       model=True),
     P('pre_activation', False, 'ResNet v2 (pre-activation) blocks.', model=True),
     P('norm_act_layer', 'bn_relu', 'Normalisation + activation: batch norm + ReLU, or EvoNorm (needs '
-      'pre_activation).', choices=('bn_relu', 'evonorm_b0', 'evonorm_s0'), model=True),
+      'pre_activation).', choices=architectures.NORM_ACT_LAYERS, model=True),
     P('se_ratio', None, 'Squeeze-excitation ratio in every block (ResNet-RS: 0.25); unset = off.', float,
       checks=('> 0', '<= 1'), model=True),
     P('resnetd_shortcut', False, 'ResNet-D: average-pool before the strided 1x1 projection shortcut.', model=True),
@@ -148,7 +159,8 @@ PARAMS: Tuple[Param, ...] = (
     P('save_checkpoints_steps', None, 'Checkpoint interval in steps; unset = max(5000, iterations_per_loop).',
       int, checks=('> 0',)),
     P('keep_checkpoint_max', 5, 'Checkpoints to keep.', checks=('> 0',)),
-    P('skip_host_call', False, 'Turn off the per-loop TensorBoard scalars.'),
+    P('skip_train_summaries', False, 'Turn off the per-loop TensorBoard training scalars (the reference\'s '
+      'skip_host_call, still accepted).'),
     P('eval_timeout', None, 'Eval mode: seconds to wait for a new checkpoint; unset = forever.', int,
       checks=('>= 0',)),
     P('eval_checkpoint', None, 'Eval mode: evaluate this one checkpoint (prefix or directory) once and exit.',
@@ -168,7 +180,8 @@ PARAMS: Tuple[Param, ...] = (
     P('predict_top_k', 5, 'Predict mode: classes reported per image.', checks=('> 0',)),
     # --- profiling ---
     P('profile_every_n_steps', 0, '> 0: capture a profile every N steps.', checks=('>= 0',)),
-    P('tpu_profile_duration', 1000, 'Milliseconds per periodic profile capture.', checks=('> 0',)),
+    P('profile_duration_ms', 1000, 'Milliseconds per periodic profile capture, on any device (the reference\'s '
+      'tpu_profile_duration, still accepted).', checks=('> 0',)),
     P('profile_steps', '', "'A,B': one profile capture of steps A..B."),
     P('profiler_port', 0, '> 0: start a profiler server on this port (listens on all interfaces).',
       checks=('>= 0', '<= 65535')),
@@ -176,6 +189,8 @@ PARAMS: Tuple[Param, ...] = (
 
 PARAMS_BY_NAME: Dict[str, Param] = {p.name: p for p in PARAMS}
 RESNET_CFG: Dict[str, Any] = {p.name: p.default for p in PARAMS}
+# The reference's names of renamed params -> ours. Accepted as flags and in every override and config file.
+ALIASES: Dict[str, str] = {'skip_host_call': 'skip_train_summaries', 'tpu_profile_duration': 'profile_duration_ms'}
 # Params whose change makes a checkpoint of model_dir unusable: compared against model_dir/params.yaml.
 MODEL_PARAMS: Tuple[str, ...] = tuple(p.name for p in PARAMS if p.model)
 
@@ -184,21 +199,65 @@ IMAGENET_COUNTS = {'num_label_classes': 1000, 'num_train_images': 1281167}
 SYNTHETIC_EVAL_IMAGES = 50000
 
 
-def _restrictions(params: Sequence[Param]) -> List[str]:
-  restrictions = []
-  for p in params:
-    if p.choices is not None:
-      restrictions.append(f'{p.name} in {list(p.choices)!r}')
-    restrictions += [f'{p.name} {check}' for check in p.checks]
-  return restrictions
+_CHECK_OPS: Dict[str, Callable[[Any, Any], bool]] = {
+    '>': operator.gt, '>=': operator.ge, '<': operator.lt, '<=': operator.le, '!=': operator.ne}
 
 
-# Ordering restrictions on a key whose value is None hold (None = unset), see ParamsDict.validate().
-RESNET_RESTRICTIONS: List[str] = _restrictions(PARAMS)
+def _parse_check(check: str) -> Tuple[Callable[[Any, Any], bool], float]:
+  """``'> 0'`` -> (operator.gt, 0.0)."""
+  op, bound = check.split()
+  return _CHECK_OPS[op], float(bound)
+
+
+def _passes(value: Any, check: str) -> bool:
+  op, bound = _parse_check(check)
+  return op(value, bound)
+
+
+for _param in PARAMS:  # A malformed check fails at import, not in some later run.
+  for _check in _param.checks:
+    _parse_check(_check)
+
+
+def _is_type(value: Any, kind: type) -> bool:
+  if kind is bool or isinstance(value, bool):
+    return kind is bool and isinstance(value, bool)
+  if kind is int:
+    return isinstance(value, numbers.Integral)
+  if kind is float:
+    return isinstance(value, numbers.Real)
+  return isinstance(value, kind)
+
+
+def _value_problem(param: Param, value: Any) -> Optional[str]:
+  """Why ``value`` is invalid for ``param`` (type, choices, checks), naming the key, the rule and the value."""
+  kind = param.value_type.__name__
+  if value is None:
+    return None if param.default is None else f'{param.name} must be {kind}, got None (it cannot be unset)'
+  if not _is_type(value, param.value_type):
+    return f'{param.name} must be {kind}, got {type(value).__name__} {value!r}'
+  if param.choices is not None and value not in param.choices:
+    return f'{param.name} must be one of {list(param.choices)!r}, got {value!r}'
+  if not all(_passes(value, check) for check in param.checks):
+    return f'{param.name} must be {" and ".join(param.checks)}, got {value!r}'
+  return None
+
+
+def check_values(params: Mapping[str, Any]) -> None:
+  """Each key on its own, from its definition in PARAMS: type, choices and checks (None only where unset is)."""
+  problems = [problem for problem in (_value_problem(p, params[p.name]) for p in PARAMS) if problem]
+  if problems:
+    raise ValueError('Invalid params: ' + '; '.join(problems) + '.')
+
+
+def validate(params: Mapping[str, Any]) -> None:
+  """Every rule: each key's own (``check_values``), then the rules between keys (``check_consistency``)."""
+  check_values(params)
+  check_consistency(params)
 
 
 def check_consistency(params: Any) -> None:
-  """Rules between keys, each with the fix in its message (single-key ranges are RESNET_RESTRICTIONS)."""
+  """Rules between keys, each with the fix in its message (each key on its own: ``check_values``)."""
   problems = []
   for key in ('crop_area_range', 'crop_aspect_ratio_range'):
     value = params[key]
@@ -210,9 +269,9 @@ def check_consistency(params: Any) -> None:
   if params['dropblock_groups'] and params['dropblock_keep_prob'] is None:
     problems.append("dropblock_groups is set but dropblock_keep_prob is not: set both (e.g. 0.9), or "
                     "dropblock_groups='' to turn DropBlock off")
-  if params['norm_act_layer'] != 'bn_relu' and not params['pre_activation']:
-    problems.append(f"norm_act_layer={params['norm_act_layer']} needs pre_activation=true (EvoNorm is defined "
-                    'for ResNet v2), or use norm_act_layer=bn_relu')
+  norm_act = architectures.norm_act_problem(params['norm_act_layer'], params['pre_activation'])
+  if norm_act:
+    problems.append(norm_act)
   if params['export_moving_average'] and not params['moving_average_decay']:
     problems.append('export_moving_average=true needs moving_average_decay (e.g. 0.9999)')
   if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in params['inference_batch_sizes']):
@@ -223,3 +282,115 @@ def check_consistency(params: Any) -> None:
                     'transposes: remove transpose_input from the config')
   if problems:
     raise ValueError('Invalid params: ' + '; '.join(problems) + '.')
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# make_params: the one way to make a run's params
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
+# An override: a mapping, or a string (k=v CSV, a YAML/JSON mapping, or a YAML file path).
+Source = Union[str, Mapping[str, Any]]
+# Any item may come as a (label, item) pair: its errors then start with the label.
+Labelled = Union[Source, Tuple[str, Source]]
+
+
+def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
+                config_files: Sequence[Union[str, Tuple[str, str]]] = (),
+                fill_from_data: bool = True) -> params_dict.ParamsDict:
+  """The run's params: the defaults, then ``config_files`` in order, then ``overrides`` in order; validated, locked.
+
+  Every config file and override is strict (an unknown key is a KeyError naming the closest keys) and
+  type-checked. A config name that is not a file is looked up in ``params/configs/`` (``'demo'``,
+  ``'resnet50_gpu.yaml'``). ``overrides`` is one mapping or override string, or a sequence of them. Any config file
+  or override may be a ``(label, item)`` pair: its errors then start with the label (the CLI names its flag).
+  With ``fill_from_data``, the class and image counts left unset come from ``data_dir/summary.json``, else are
+  ImageNet's (``data_defaults``). Then ``validate`` (each key's type, choices and checks; the rules between keys)
+  raises ValueError naming every problem.
+  """
+  params = params_dict.ParamsDict(RESNET_CFG, validate, aliases=ALIASES)
+  for label, name in _labelled_items(config_files, lambda name: f'config file {name}'):
+    with _labelled_errors(label):
+      path = resolve_config_file(name)
+      logging.info('Params: applying %s from %s', label, path)
+      params.override(params_dict.read_yaml_to_params_dict(path), is_strict=True)
+  if overrides is None or isinstance(overrides, (str, Mapping)):
+    overrides = [] if overrides is None else [overrides]
+  for label, source in _labelled_items(overrides, lambda source: None if isinstance(source, Mapping)
+                                       else f'params override {source!r}'):
+    logging.info('Params: applying %s', label or source)
+    with _labelled_errors(label):
+      params_dict.override_params_dict(params, source, is_strict=True)
+  if fill_from_data:
+    params.override(data_defaults(params.as_dict()), is_strict=True)
+  params.validate()
+  return params.lock()
+
+
+def _labelled_items(items: Sequence[Any], default_label: Callable[[Any], Optional[str]]
+                    ) -> Iterator[Tuple[Optional[str], Any]]:
+  for item in items:
+    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+      yield item
+    else:
+      yield default_label(item), item
+
+
+@contextlib.contextmanager
+def _labelled_errors(label: Optional[str]) -> Iterator[None]:
+  """Prefixes a KeyError/ValueError raised inside with ``label`` (where it came from), keeping its type."""
+  try:
+    yield
+  except (KeyError, ValueError) as e:
+    if label is None:
+      raise
+    message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    try:
+      labelled = type(e)(f'{label}: {message}')
+    except TypeError:  # An exception type with a different constructor, e.g. UnicodeDecodeError.
+      labelled = ValueError(f'{label}: {message}')
+    raise labelled from e
+
+
+def resolve_config_file(name: str) -> str:
+  """``name`` itself when it is a URL or an existing file, else the matching file in params/configs/."""
+  if '://' in name or os.path.isfile(name):
+    return name
+  for candidate in (os.path.join(CONFIG_DIR, name), os.path.join(CONFIG_DIR, name + '.yaml')):
+    if os.path.isfile(candidate):
+      return candidate
+  available = ', '.join(sorted(f[:-5] for f in os.listdir(CONFIG_DIR) if f.endswith('.yaml')))
+  raise ValueError(f'{name!r} is no file, nor a config in {CONFIG_DIR} (available there: {available}).')
+
+
+def data_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
+  """Values for the unset class and image counts: from data_dir/summary.json, else ImageNet's.
+
+  A set value that contradicts the data is an error naming both values and the fix (a background class or an
+  eval subset are warnings: they may be meant).
+  """
+  from official_input import dataset_info  # pylint: disable=g-import-not-at-top; imports TensorFlow
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  fills: Dict[str, Any] = {}
+  try:
+    info = dataset_info.read_dataset_info(values['data_dir'], values['labels_file'])
+  except tf.errors.OpError as e:  # unreachable storage: the input pipeline will name the problem when it reads
+    logging.warning('Could not read the dataset summary in %s (%s): using the params as given.',
+                    values['data_dir'], e.message.splitlines()[0])
+    info = None
+  if info is not None:
+    explicit = {k for k in dataset_info.CHECKED_PARAMS if values.get(k) is not None}
+    filled, warnings, errors = dataset_info.check_params_against(info, values, explicit)
+    if errors:
+      raise ValueError('Params contradict the data: ' + ' '.join(errors))
+    for warning in warnings:
+      logging.warning('%s', warning)
+    if filled:
+      logging.info('From %s: %s', info.summary_path, ', '.join(f'{k}={v}' for k, v in sorted(filled.items())))
+    fills.update(filled)
+  for key, value in IMAGENET_COUNTS.items():
+    if values[key] is None and key not in fills:
+      fills[key] = value
+      if not dataset_info.is_synthetic(values['data_dir']):
+        logging.warning('%s is unset and %s has no summary.json: using ImageNet\'s %d.', key, values['data_dir'],
+                        value)
+  return fills

@@ -14,18 +14,15 @@ validated and locked.
 ``--config_file=resnet50_tpu_v3_8 --config_file=flowers_finetune``. A name that is not an existing file is looked
 up in ``params/configs/`` (with or without ``.yaml``).
 """
-import contextlib
-import os
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from absl import flags
-from absl import logging
 
 from params import params_dict
 from params import resnet_config
-from params.resnet_config import PARAMS, RESNET_CFG, RESNET_RESTRICTIONS
+from params.resnet_config import PARAMS, RESNET_CFG
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(params_dict.__file__)), 'configs')
+CONFIG_DIR = resnet_config.CONFIG_DIR  # where --config_file looks up bare names
 MODES = ('train', 'eval', 'train_and_eval', 'predict')
 PARAMS_FLAG_NAMES: Tuple[str, ...] = tuple(RESNET_CFG)
 NON_PARAMS_FLAG_NAMES: Tuple[str, ...] = ('mode', 'config_file', 'params_override', 'param_overrides',
@@ -88,32 +85,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   for param in PARAMS:
     if param.name not in flag_values:
       _define_param_flag(param, flag_values)
+  for alias, name in resnet_config.ALIASES.items():  # the reference's flag names, as users type them
+    if alias not in flag_values:
+      flags.DEFINE_alias(alias, name, flag_values=flag_values)
   _define_other_flags(flag_values)
-
-
-def resolve_config_file(name: str) -> str:
-  """``name`` itself when it is a URL or an existing file, else the matching file in params/configs/."""
-  if '://' in name or os.path.isfile(name):
-    return name
-  for candidate in (os.path.join(CONFIG_DIR, name), os.path.join(CONFIG_DIR, name + '.yaml')):
-    if os.path.isfile(candidate):
-      return candidate
-  available = ', '.join(sorted(f[:-5] for f in os.listdir(CONFIG_DIR) if f.endswith('.yaml')))
-  raise ValueError(f'--config_file {name!r}: no such file, nor in {CONFIG_DIR} (available there: {available}).')
-
-
-@contextlib.contextmanager
-def _labelled_errors(label: str) -> Iterator[None]:
-  """Prefixes a KeyError/ValueError raised inside with ``label`` (the flag it came from), keeping its type."""
-  try:
-    yield
-  except (KeyError, ValueError) as e:
-    message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-    try:
-      labelled = type(e)(f'{label}: {message}')
-    except TypeError:  # An exception type with a different constructor, e.g. UnicodeDecodeError.
-      labelled = ValueError(f'{label}: {message}')
-    raise labelled from e
 
 
 def explicit_param_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Dict[str, Any]:
@@ -124,64 +99,17 @@ def explicit_param_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Dict[st
 
 def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       fill_from_data: bool = True) -> params_dict.ParamsDict:
-  """Builds the run's params from parsed flags (see the module docstring for the order); validated and locked."""
+  """The run's params from parsed flags (see the module docstring for the order): ``resnet_config.make_params``
+  with the flags as overrides, each labelled with its flag; validated and locked."""
   if not flag_values.is_parsed():
     raise ValueError('params_from_flags() needs parsed flags: call define_flags() and parse argv first.')
-  params = params_dict.ParamsDict(RESNET_CFG, RESNET_RESTRICTIONS)
-  for name in _flag_list(flag_values, 'config_file'):
-    path = resolve_config_file(name)
-    logging.info('Params: applying --config_file=%s', path)
-    with _labelled_errors(f'--config_file={path}'):
-      params.override(params_dict.read_yaml_to_params_dict(path), is_strict=True)
-  for override in _flag_list(flag_values, 'params_override'):
-    logging.info('Params: applying --params_override=%s', override)
-    with _labelled_errors(f'--params_override={override}'):
-      params_dict.override_params_dict(params, override, is_strict=True)
+  config_files = [(f'--config_file={name}', name) for name in _flag_list(flag_values, 'config_file')]
+  overrides: List[Tuple[str, Any]] = [(f'--params_override={override}', override)
+                                      for override in _flag_list(flag_values, 'params_override')]
   explicit = explicit_param_flags(flag_values)
   if explicit:
-    logging.info('Params: applying flags %s', explicit)
-    with _labelled_errors('Flags'):
-      params.override(explicit, is_strict=True)
-  if fill_from_data:
-    params.override(data_defaults(params.as_dict()), is_strict=True)
-  params.validate()
-  resnet_config.check_consistency(params)
-  params.lock()
-  return params
-
-
-def data_defaults(values: Dict[str, Any]) -> Dict[str, Any]:
-  """Values for the unset class and image counts: from data_dir/summary.json, else ImageNet's.
-
-  A set value that contradicts the data is an error naming both values and the fix (a background class or an
-  eval subset are warnings: they may be meant).
-  """
-  from official_input import dataset_info  # pylint: disable=g-import-not-at-top; imports TensorFlow
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  fills: Dict[str, Any] = {}
-  try:
-    info = dataset_info.read_dataset_info(values['data_dir'], values['labels_file'])
-  except tf.errors.OpError as e:  # unreachable storage: the input pipeline will name the problem when it reads
-    logging.warning('Could not read the dataset summary in %s (%s): using the params as given.',
-                    values['data_dir'], e.message.splitlines()[0])
-    info = None
-  if info is not None:
-    explicit = {k for k in dataset_info.CHECKED_PARAMS if values.get(k) is not None}
-    filled, warnings, errors = dataset_info.check_params_against(info, values, explicit)
-    if errors:
-      raise ValueError('Params contradict the data: ' + ' '.join(errors))
-    for warning in warnings:
-      logging.warning('%s', warning)
-    if filled:
-      logging.info('From %s: %s', info.summary_path, ', '.join(f'{k}={v}' for k, v in sorted(filled.items())))
-    fills.update(filled)
-  for key, value in resnet_config.IMAGENET_COUNTS.items():
-    if values[key] is None and key not in fills:
-      fills[key] = value
-      if not dataset_info.is_synthetic(values['data_dir']):
-        logging.warning('%s is unset and %s has no summary.json: using ImageNet\'s %d.', key, values['data_dir'],
-                        value)
-  return fills
+    overrides.append(('Flags', explicit))
+  return resnet_config.make_params(overrides, config_files=config_files, fill_from_data=fill_from_data)
 
 
 def _flag_list(flag_values: flags.FlagValues, name: str) -> List[str]:

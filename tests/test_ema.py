@@ -182,7 +182,8 @@ def test_eval_with_averages_on_a_checkpoint_without_them_evaluates_the_raw_weigh
   checkpoint = plain.latest_checkpoint()
   raw = plain.evaluate(eval_input, checkpoint_path=checkpoint)
 
-  averaging = tiny.resnet_estimator(dict(params, model_dir=str(tmp_path / 'eval'), moving_average_decay=0.9))
+  averaging = tiny.resnet_estimator(tiny.resnet_params(str(tmp_path / 'eval'), train_steps=2, data_dir=None,
+                                                       num_eval_images=4, moving_average_decay=0.9))
   with caplog.at_level(py_logging.WARNING):
     results = averaging.evaluate(eval_input, checkpoint_path=checkpoint,
                                  weights=resnet_model_fn.averaged_weights(averaging.scope))

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any, Mapping
 
 import numpy as np
 import pytest
@@ -25,13 +26,11 @@ NUM_CLASSES = 3
 BIN_DIR = os.path.dirname(sys.executable)
 
 
-def make_params(model_dir: str) -> dict:
-  params = dict(resnet_config.RESNET_CFG, **resnet_config.IMAGENET_COUNTS)
-  params.update(resnet_depth=18, num_label_classes=NUM_CLASSES, image_size=IMAGE_SIZE, precision='float32',
-                train_batch_size=2, eval_batch_size=2, predict_batch_size=2, train_steps=2,
-                iterations_per_loop=2, save_checkpoints_steps=2, num_train_images=8, lr_warmup_epochs=0.0,
-                model_dir=model_dir, skip_host_call=True)
-  return params
+def make_params(model_dir: str) -> Mapping[str, Any]:
+  return resnet_config.make_params(dict(
+      resnet_depth=18, num_label_classes=NUM_CLASSES, image_size=IMAGE_SIZE, precision='float32',
+      train_batch_size=2, eval_batch_size=2, predict_batch_size=2, train_steps=2, iterations_per_loop=2,
+      save_checkpoints_steps=2, num_train_images=8, lr_warmup_epochs=0.0, model_dir=model_dir, skip_train_summaries=True))
 
 
 def synthetic_input(params):

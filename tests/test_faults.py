@@ -10,7 +10,6 @@ from absl import logging
 import pytest
 import tensorflow as tf
 
-from params import params_dict
 from resnet import model_dir as model_dir_lib
 from resnet.estimator import files
 from tests.helpers import cli
@@ -44,8 +43,7 @@ def test_rerun_with_another_depth_fails_before_writing_and_names_both_values(tra
 
 
 def _params(model_dir, **overrides):
-  values = tiny.resnet_params(model_dir, **overrides)
-  return params_dict.ParamsDict(values)
+  return tiny.resnet_params(model_dir, **overrides)
 
 
 def test_a_resume_change_keeps_the_earlier_params_as_history(tmp_path):

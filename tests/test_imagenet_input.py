@@ -13,10 +13,18 @@ import tensorflow as tf
 from official_input import example_schema
 from official_input import imagenet_input as ii
 from official_input import resnet_preprocessing
+from official_input import shards
+from params import resnet_config
+from resnet.estimator import spec
 from tools import make_fake_imagenet
 
 NUM_CLASSES = 10
 SIZE = 32
+
+
+def _with_context(batch_size, context, mode='eval'):
+  """The params the Estimator passes an input_fn: the batch, and this pipeline's tf.distribute context."""
+  return spec.RunParams({}, batch_size, spec.RunContext(mode, context.num_replicas_in_sync, input_context=context))
 
 
 def _jpeg(seed: int, size: int = 40) -> bytes:
@@ -129,7 +137,7 @@ def test_eval_sees_every_record_exactly_once_padded_and_in_a_fixed_order(data_di
 
 def test_eval_pads_batch_count_to_a_multiple_of_the_replicas_of_a_pipeline(data_dir):
   context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=3)
-  names, _, padded, _ = _collect(_eval_input(data_dir).input_fn({'batch_size': 2, 'context': context}))
+  names, _, padded, _ = _collect(_eval_input(data_dir).input_fn(_with_context(2, context)))
   assert len(names) == 13 and (len(names) + padded) % (2 * 3) == 0
 
 
@@ -139,7 +147,7 @@ def test_input_pipelines_see_disjoint_records_that_cover_the_split(data_dir, num
   seen = []
   for index in range(num_pipelines):
     context = tf.distribute.InputContext(num_pipelines, index, num_pipelines)
-    names, _, _, _ = _collect(_eval_input(data_dir).input_fn({'batch_size': 2, 'context': context}))
+    names, _, _, _ = _collect(_eval_input(data_dir).input_fn(_with_context(2, context)))
     seen.append(set(names))
   assert set().union(*seen) == set(stored)
   assert sum(len(s) for s in seen) == len(stored)
@@ -163,7 +171,7 @@ def test_corrupt_records_are_skipped_and_counted_in_a_distributed_training_loop(
   inp = ii.ImageNetInput(is_training=True, data_dir=corrupt_dir, image_size=SIZE, num_label_classes=NUM_CLASSES,
                          shuffle_buffer_size=16)
   strategy = tf.distribute.get_strategy()
-  dist = strategy.distribute_datasets_from_function(lambda ctx: inp.input_fn({'batch_size': 4, 'context': ctx}))
+  dist = strategy.distribute_datasets_from_function(lambda ctx: inp.input_fn(_with_context(4, ctx)))
   iterator = iter(dist)
 
   @tf.function
@@ -229,7 +237,7 @@ def test_synthetic_data_when_data_dir_is_unset(mode, data_dir_value):
 def test_synthetic_eval_is_finite_with_ceil_images_over_global_batch_steps():
   inp = ii.ImageNetInput(is_training=False, data_dir=None, image_size=SIZE, num_images=10, include_filename=True)
   context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2)
-  batches = list(inp.input_fn({'batch_size': 2, 'context': context}))
+  batches = list(inp.input_fn(_with_context(2, context)))
   assert len(batches) == math.ceil(10 / 4) * 2
   assert set(batches[0][0]) == {'image', 'filename'}
 
@@ -243,10 +251,11 @@ def test_missing_files_error_names_the_pattern_and_the_fix(tmp_path):
 
 
 def test_from_params_reads_the_run_params(data_dir):
-  params = {'data_dir': data_dir, 'image_size': 40, 'num_label_classes': 1001, 'precision': 'bfloat16',
-            'input_pipeline': 'basic', 'synthetic_data': 'random', 'use_cache': True, 'shuffle_buffer_size': 64,
-            'num_parallel_calls': 2, 'transpose_input': False, 'random_seed': 5, 'num_test_images': 3,
-            'num_eval_images': 13, 'crop_area_range': [0.5, 1.0], 'random_flip': False, 'fail_on_data_loss': True}
+  params = resnet_config.make_params({
+      'data_dir': data_dir, 'image_size': 40, 'num_label_classes': 1001, 'precision': 'bfloat16',
+      'input_pipeline': 'basic', 'synthetic_data': 'random', 'use_cache': True, 'shuffle_buffer_size': 64,
+      'num_parallel_calls': 2, 'transpose_input': False, 'random_seed': 5, 'num_test_images': 3,
+      'num_eval_images': 13, 'crop_area_range': [0.5, 1.0], 'random_flip': False, 'fail_on_data_loss': True})
   inp = ii.ImageNetInput.from_params(params, 'test')
   assert (inp.is_training, inp.split, inp.image_size, inp.dtype, inp.pipeline) == (False, 'test', 40, tf.bfloat16,
                                                                                  'basic')
@@ -367,7 +376,7 @@ def test_a_cut_shard_is_found_without_summary_json_but_the_lost_count_is_unknown
 
 def test_a_size_mismatch_with_summary_json_fails_before_reading_when_fail_on_data_loss(tmp_path, monkeypatch):
   shard, full, cut = _damaged_validation(str(tmp_path), with_summary=True)
-  monkeypatch.setattr(ii, 'read_accounted', lambda *args: pytest.fail('read a shard before the size check'))
+  monkeypatch.setattr(shards, 'read_accounted', lambda *args: pytest.fail('read a shard before the size check'))
   inp = _eval_input(str(tmp_path), fail_on_data_loss=True)
   with pytest.raises(ii.DataLossError) as error:
     inp.input_fn({'batch_size': 4})
@@ -503,7 +512,7 @@ def test_fast_jpeg_decode_param_decodes_large_crops_at_reduced_scale(tmp_path):
             'crop_area_range': [1.0, 1.0], 'crop_aspect_ratio_range': [1.0, 1.0], 'random_flip': False}
   outputs = {}
   for fast in (False, True):
-    inp = ii.ImageNetInput.from_params({**params, 'fast_jpeg_decode': fast}, 'train')
+    inp = ii.ImageNetInput.from_params(resnet_config.make_params({**params, 'fast_jpeg_decode': fast}), 'train')
     outputs[fast] = next(iter(inp.input_fn({'batch_size': 2})))[0].numpy()
   difference = np.abs(outputs[True] - outputs[False])
   assert 0 < difference.mean() < 6  # another decode (so the flag reached it), but the same picture
@@ -527,3 +536,14 @@ def test_with_cache_consecutive_epochs_differ_beyond_the_shuffle_window(tmp_path
   position = {name: i for i, name in enumerate(first)}
   moved_earlier = max(position[name] - i for i, name in enumerate(second) if name in position)
   assert moved_earlier > 8 * window, moved_earlier
+
+
+def test_the_constructor_defaults_are_the_params_defaults():
+  """from_params maps PARAMS keys to constructor arguments; direct construction must not drift from them."""
+  import inspect  # pylint: disable=import-outside-toplevel
+  signature = inspect.signature(ii.ImageNetInput)
+  drifted = {arg: (signature.parameters[arg].default, resnet_config.RESNET_CFG[key])
+             for arg, key in ii.PARAM_ARGS.items()
+             if signature.parameters[arg].default != resnet_config.RESNET_CFG[key]}
+  # num_label_classes: the params leave it to the data (summary.json); the constructor defaults to ImageNet's.
+  assert drifted == {'num_label_classes': (1000, None)}

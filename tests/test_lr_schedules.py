@@ -10,9 +10,7 @@ from resnet import optimizers
 
 
 def params(**overrides):
-  p = dict(resnet_config.RESNET_CFG, **resnet_config.IMAGENET_COUNTS)
-  p.update(overrides)
-  return p
+  return resnet_config.make_params(overrides)  # no data_dir: ImageNet's counts
 
 
 def lr(step, p):

@@ -7,7 +7,7 @@ import pytest
 
 from params import params_dict as pd
 from params import resnet_config
-from params.resnet_config import RESNET_CFG, RESNET_RESTRICTIONS
+from params.resnet_config import RESNET_CFG
 from resnet import resnet_flags as rf
 
 # What params_from_flags gives with no data_dir: the defaults, with the data-dependent counts set to ImageNet's.
@@ -58,9 +58,11 @@ def test_list_params_take_comma_separated_values_typed_as_yaml():
   assert params.crop_area_range == [0.35, 1] and params.inference_batch_sizes == [1, 8]
 
 
-def test_restrictions_come_from_the_param_definitions():
-  assert "precision in ['float32', 'bfloat16', 'float16']" in RESNET_RESTRICTIONS
-  assert 'train_batch_size > 0' in RESNET_RESTRICTIONS
+def test_value_checks_come_from_the_param_definitions():
+  with pytest.raises(ValueError, match=r"precision must be one of \['float32', 'bfloat16', 'float16'\], got 'fp16'"):
+    resnet_config.make_params({'precision': 'fp16'}, fill_from_data=False)
+  with pytest.raises(ValueError, match=r'se_ratio must be > 0 and <= 1, got 2.0'):
+    resnet_config.make_params({'se_ratio': 2.0}, fill_from_data=False)
 
 
 def test_cross_key_rules_name_the_fix():
@@ -161,7 +163,7 @@ def test_config_file_by_bare_name_is_found_in_the_configs_directory():
 
 
 def test_unknown_config_file_lists_the_shipped_ones():
-  with pytest.raises(ValueError, match=r"--config_file 'nope': no such file.*demo, flowers_finetune"):
+  with pytest.raises(ValueError, match=r"--config_file=nope: 'nope' is no file.*demo, flowers_finetune"):
     _params('--config_file=nope')
 
 
@@ -189,9 +191,9 @@ def test_explicit_false_bool_flag_overrides_a_config_true():
 
 
 def test_restrictions_are_checked_after_all_overrides():
-  with pytest.raises(ValueError, match="precision = 'fp16'"):
+  with pytest.raises(ValueError, match="precision must be one of .*, got 'fp16'"):
     _params('--precision=fp16')
-  with pytest.raises(ValueError, match='train_batch_size = 0'):
+  with pytest.raises(ValueError, match='train_batch_size must be > 0, got 0'):
     _params('--params_override=train_batch_size=0')
 
 
@@ -239,6 +241,61 @@ def test_seed_predict_command_line():
   assert params.predict_batch_size == 360 and params.num_test_images == 372
 
 
+# --- make_params: the one way to make params ------------------------------------------------------------------------
+
+
+def test_make_params_rejects_an_unknown_key_naming_close_ones():
+  with pytest.raises(KeyError, match=r"Unknown param 'train_step'. Did you mean: train_steps"):
+    resnet_config.make_params({'train_step': 3})
+
+
+def test_make_params_rejects_a_bad_type_naming_key_expected_and_given():
+  with pytest.raises(ValueError, match=r"'train_steps' expects int .* got str 'abc'"):
+    resnet_config.make_params({'train_steps': 'abc'})
+  with pytest.raises(ValueError, match=r"num_label_classes must be int, got str 'ten'"):  # None default: by PARAMS
+    resnet_config.make_params({'num_label_classes': 'ten'})
+  with pytest.raises(ValueError, match=r'train_steps must be int, got None \(it cannot be unset\)'):
+    resnet_config.make_params({'train_steps': None})
+
+
+def test_make_params_rejects_a_failed_check_naming_key_rule_and_value():
+  with pytest.raises(ValueError, match=r'image_size must be >= 32, got 16'):
+    resnet_config.make_params({'image_size': 16})
+  with pytest.raises(ValueError, match='pre_activation=true'):  # a rule between keys (check_consistency)
+    resnet_config.make_params({'norm_act_layer': 'evonorm_s0'})
+
+
+def test_make_params_is_validated_and_locked():
+  params = resnet_config.make_params({'train_steps': 7})
+  assert params.is_locked and params.train_steps == 7
+  with pytest.raises(ValueError, match='locked'):
+    params.train_steps = 1
+  params.validate()
+  assert dict(params) == params.as_dict()  # a plain copy, as the Estimator takes it
+
+
+def test_make_params_labels_errors_and_takes_strings_files_and_mappings(tmp_path):
+  with pytest.raises(KeyError, match=r"params override 'train_step=3': Unknown param 'train_step'"):
+    resnet_config.make_params('train_step=3')
+  with pytest.raises(KeyError, match=r"mine: Unknown param 'train_step'"):
+    resnet_config.make_params([('mine', {'train_step': 3})])
+  config = _write(tmp_path, 'c.yaml', 'train_steps: 10\nimage_size: 64\n')
+  params = resnet_config.make_params(['train_steps=11', {'iterations_per_loop': 5}],
+                                     config_files=[config, 'demo'])
+  assert (params.train_steps, params.image_size, params.iterations_per_loop, params.resnet_depth) == (11, 64, 5, 18)
+
+
+def test_make_params_gives_the_cli_params_for_the_same_overrides(tmp_path):
+  config = _write(tmp_path, 'c.yaml', 'train_steps: 10\niterations_per_loop: 5\n')
+  cli = _params(f'--config_file={config}', '--config_file=demo', '--params_override=iterations_per_loop=6',
+                '--steps_per_eval=9', '--crop_area_range=0.35,1', f'--data_dir={_converted(tmp_path / "d")}')
+  made = resnet_config.make_params(['iterations_per_loop=6', {'steps_per_eval': 9, 'crop_area_range': [0.35, 1]},
+                                    {'data_dir': str(tmp_path / 'd')}], config_files=[config, 'demo'])
+  assert made == cli and made.as_dict() == cli.as_dict()
+  assert made.num_label_classes == 3  # filled from the data by both
+  assert rf.params_from_flags(_flags(), fill_from_data=False) == resnet_config.make_params(fill_from_data=False)
+
+
 # --- shipped configs ------------------------------------------------------------------------------------------------
 
 CONFIGS = sorted(glob.glob(os.path.join(rf.CONFIG_DIR, '*.yaml')))
@@ -252,9 +309,8 @@ def test_the_five_configs_are_shipped():
 
 @pytest.mark.parametrize('path', CONFIGS, ids=os.path.basename)
 def test_config_passes_strict_override_and_validate(path):
-  params = pd.ParamsDict(DEFAULTS, RESNET_RESTRICTIONS)
-  params.override(pd.read_yaml_to_params_dict(path), is_strict=True)
-  params.validate()
+  params = resnet_config.make_params(config_files=[path])
+  assert params == dict(DEFAULTS, **pd.read_yaml_to_params_dict(path))
   assert _params(f'--config_file={path}') == params
 
 
@@ -277,6 +333,7 @@ def test_flowers_config_uses_the_seed_numbers():
 
 
 def _converted(tmp_path, classes=3, train=120, validation=15, test=15) -> str:
+  tmp_path.mkdir(exist_ok=True)
   (tmp_path / 'labels.txt').write_text(''.join(f'class_{i}\n' for i in range(classes)))
   (tmp_path / 'summary.json').write_text(
       '{"splits": {"train": {"images": %d}, "validation": {"images": %d}, "test": {"images": %d}}}'
@@ -299,3 +356,17 @@ def test_a_count_that_contradicts_the_data_is_an_error_naming_both_values(tmp_pa
 def test_without_summary_the_counts_are_imagenets():
   params = _params()
   assert (params.num_label_classes, params.num_train_images) == (1000, 1281167)
+
+
+def test_the_reference_names_of_renamed_params_still_work_everywhere(tmp_path):
+  """skip_host_call / tpu_profile_duration: the reference's names, as flags, overrides and in config files."""
+  by_flag = _params('--skip_host_call=true', '--tpu_profile_duration=250')
+  assert by_flag.skip_train_summaries is True and by_flag.profile_duration_ms == 250
+  config = tmp_path / 'old.yaml'
+  config.write_text('skip_host_call: true\ntpu_profile_duration: 300\n')
+  made = resnet_config.make_params(['tpu_profile_duration=400'], config_files=[str(config)], fill_from_data=False)
+  assert made.skip_train_summaries is True and made.profile_duration_ms == 400
+  assert made['tpu_profile_duration'] == 400  # read under either name
+  assert 'skip_host_call' not in made.as_dict()  # params.yaml records our name only
+  with pytest.raises(ValueError, match='profile_duration_ms must be > 0'):
+    resnet_config.make_params({'tpu_profile_duration': 0}, fill_from_data=False)

@@ -8,7 +8,7 @@ import logging as std_logging
 import os
 import re
 import shutil
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import pytest
@@ -27,17 +27,15 @@ IMAGE_SIZE = 32
 BN_STATS = ('/moving_mean', '/moving_variance')
 
 
-def make_params(model_dir: str, num_classes: int = 3, **overrides) -> dict:
-  params = dict(resnet_config.RESNET_CFG)
-  params.update(resnet_depth=18, num_label_classes=num_classes, image_size=IMAGE_SIZE, precision='float32',
-                train_batch_size=2, eval_batch_size=2, predict_batch_size=2, train_steps=2,
-                iterations_per_loop=1, save_checkpoints_steps=1, num_train_images=8, lr_warmup_epochs=0.0,
-                model_dir=model_dir, skip_host_call=True)
-  params.update(overrides)
-  return params
+def make_params(model_dir: str, num_classes: int = 3, **overrides) -> Mapping[str, Any]:
+  return resnet_config.make_params(dict(dict(
+      resnet_depth=18, num_label_classes=num_classes, image_size=IMAGE_SIZE, precision='float32',
+      train_batch_size=2, eval_batch_size=2, predict_batch_size=2, train_steps=2, iterations_per_loop=1,
+      save_checkpoints_steps=1, num_train_images=8, lr_warmup_epochs=0.0, model_dir=model_dir, skip_train_summaries=True),
+      **overrides))
 
 
-def make_runner(params: dict, strategy=None) -> Estimator:
+def make_runner(params: Mapping[str, Any], strategy=None) -> Estimator:
   return Estimator(resnet_model_fn.resnet_model_fn, RunConfig.from_params(params), params, strategy)
 
 

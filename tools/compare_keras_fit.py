@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 if __package__ in (None, ''):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -108,14 +108,10 @@ def steps_per_epoch(batch_size: int, num_train_images: int) -> int:
   return -(-num_train_images // batch_size)
 
 
-def read_config(config_file: str) -> Dict[str, Any]:
-  """The config's params on top of the defaults (the same files and loader as resnet_main)."""
-  from params import params_dict  # pylint: disable=g-import-not-at-top
+def read_config(config_file: str) -> Mapping[str, Any]:
+  """The config's params on top of the defaults, validated: what resnet_main makes of ``--config_file`` alone."""
   from params import resnet_config  # pylint: disable=g-import-not-at-top
-  from resnet import resnet_flags  # pylint: disable=g-import-not-at-top
-  values = dict(resnet_config.RESNET_CFG)
-  values.update(params_dict.read_yaml_to_params_dict(resnet_flags.resolve_config_file(config_file)).as_dict())
-  return values
+  return resnet_config.make_params(config_files=[config_file], fill_from_data=False)
 
 
 def read_summary(data_dir: str) -> Dict[str, int]:
@@ -180,10 +176,9 @@ def keras_dataset(data_dir: str, split: str, image_size: int, batch_size: int, t
 def run_keras_baseline(s: Settings, learning_rate: float, schedule: str) -> Dict[str, Any]:
   """Builds, compiles, fits and evaluates the Keras baseline in this process; returns its results."""
   import keras  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from resnet import determinism  # pylint: disable=g-import-not-at-top
   from resnet import resnet_model  # pylint: disable=g-import-not-at-top
-  keras.utils.set_random_seed(s.seed)
-  tf.config.experimental.enable_op_determinism()  # as ours with a seed: same seed, same numbers
+  determinism.make_deterministic(s.seed)  # as ours with a seed: same seed, same numbers
   epochs = keras_epochs(s.train_steps, s.batch_size, s.num_train_images)
   steps = epochs * steps_per_epoch(s.batch_size, s.num_train_images)
   train_ds = keras_dataset(s.data_dir, 'train', s.image_size, s.batch_size, True, s.seed)
