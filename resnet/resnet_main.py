@@ -4,7 +4,8 @@ r"""Train, evaluate, predict with and export ResNet: the whole program, top to b
       --param_overrides=train_steps=42,iterations_per_loop=6 --resnet_checkpoint=CKPT --export_dir=EXPORT
 
 flags -> params (defaults < --config_file < --param_overrides < explicit flags; filled from the data, validated,
-locked) -> model_dir check and params.yaml -> strategy -> Estimator(resnet_model_fn) -> one call per mode.
+locked) -> model_dir check and params.yaml -> determinism (with random_seed) -> strategy -> Estimator(resnet_model_fn)
+-> one call per mode.
 """
 import contextlib
 import csv
@@ -32,6 +33,7 @@ import tensorflow as tf
 from official_input import dataset_info
 from official_input import imagenet_input
 from params import params_dict
+from resnet import determinism
 from resnet import model_dir as model_dir_lib
 from resnet import resnet_flags
 from resnet import resnet_model_fn
@@ -248,10 +250,15 @@ def _exit_on_op_error(e: tf.errors.OpError) -> None:
 
 # ------------------------------------------------------------------------------------------------ main
 def run(mode: str, params: Params) -> None:
-  """One run of ``mode``: strategy, estimator, then the mode's function."""
-  strategy = distribution.get_strategy(params.strategy, tpu=params.tpu, use_tpu=params.use_tpu,
-                                       zone=params.tpu_zone, project=params.gcp_project,
-                                       num_cores=params.num_cores)
+  """One run of ``mode``: determinism (with a random_seed), strategy, estimator, then the mode's function."""
+  if params.random_seed is not None:  # before anything draws a random number or builds a kernel
+    determinism.make_deterministic(params.random_seed)
+  try:
+    strategy = distribution.get_strategy(params.strategy, tpu=params.tpu, use_tpu=params.use_tpu,
+                                         zone=params.tpu_zone, project=params.gcp_project,
+                                         num_cores=params.num_cores)
+  except RuntimeError as e:  # a TPU that cannot be reached: name our flags
+    raise RuntimeError(f'{e} The flags: --tpu, --tpu_zone, --gcp_project; --use_tpu=false runs locally.') from e
   estimator = make_estimator(params, strategy)
   if params.profiler_port:
     from resnet import profiling  # pylint: disable=g-import-not-at-top

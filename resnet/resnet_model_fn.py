@@ -20,7 +20,7 @@ from resnet import ema as ema_lib
 from resnet import lr_schedules
 from resnet import optimizers
 from resnet import resnet_model
-from resnet.estimator.spec import EstimatorSpec, ModeKeys, ObjectScope, ServingInput
+from resnet.estimator.spec import EstimatorSpec, ModeKeys, ObjectScope, RunParams, ServingInput
 
 MODEL, OPTIMIZER = 'model', 'optimizer'
 
@@ -49,14 +49,6 @@ def build_model(params: Mapping[str, Any]) -> keras.Model:
       replace_stem_max_pool=params['replace_stem_max_pool'],
       drop_connect_rate=params['drop_connect_rate'],
       norm_act_layer=params['norm_act_layer'])
-
-
-def learning_rate(step: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
-  """The learning rate at ``step``: LARS's own schedule with LARS, else ``params['lr_schedule']``."""
-  if params['enable_lars']:
-    return optimizers.lars_learning_rate(step, params['train_batch_size'], params['num_train_images'],
-                                         params['train_steps'], params['poly_rate'])
-  return lr_schedules.learning_rate(step, params)
 
 
 def build_optimizer(params: Mapping[str, Any], model: keras.Model) -> keras.optimizers.Optimizer:
@@ -115,9 +107,9 @@ def _images(features: Any) -> tf.Tensor:
 
 
 def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
-                    params: Mapping[str, Any]) -> Optional[EstimatorSpec]:
+                    params: RunParams) -> Optional[EstimatorSpec]:
   """TPUEstimator-style model_fn. features: images [B,S,S,3] (0..255) or {'image': ...}."""
-  scope = params['scope']
+  scope = params.context.scope
   model = scope.get_or_create(MODEL, lambda: build_model(params))
   if params['moving_average_decay']:
     scope.get_or_create(ema_lib.CHECKPOINT_NAME, lambda: ema_lib.ModelEMA(model, params['moving_average_decay']))
@@ -148,23 +140,23 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
   })
 
 
-def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor,
-                params: Mapping[str, Any]) -> EstimatorSpec:
+def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params: RunParams) -> EstimatorSpec:
   model, optimizer = scope.get(MODEL), scope.get(OPTIMIZER)
-  step = params['global_step']
+  step = params.context.global_step
+  replicas = params.context.num_replicas
   keep_prob_var = getattr(model, 'dropblock_keep_prob', None)
   if keep_prob_var is not None:
     keep_prob_var.assign(resnet_model.scheduled_dropblock_keep_prob(step, params['train_steps'],
                                                                     params['dropblock_keep_prob']))
   labels = _check_labels(labels, params['num_label_classes'])
-  lr = learning_rate(step, params)
+  lr = lr_schedules.learning_rate(step, params)
   optimizer.learning_rate.assign(lr)
-  global_batch = params['batch_size'] * params['num_replicas_in_sync']
+  global_batch = params['batch_size'] * replicas
   with tf.GradientTape() as tape:
     logits = model(images, training=True)
     ce = tf.reduce_sum(_per_example_loss(logits, labels, params)) / global_batch  # this replica's share
     # Each replica adds its share of the weight decay, so that the sum over replicas is exactly one term.
-    loss = ce + _weight_decay(model, params) / params['num_replicas_in_sync']
+    loss = ce + _weight_decay(model, params) / replicas
     scaled = optimizer.scale_loss(loss) if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else loss
   variables = model.trainable_variables
   # Summed here, before a loss-scale optimizer looks at them: every replica then judges the same gradients
@@ -174,7 +166,7 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor,
   ema = moving_average(scope)
   if ema is not None:
     ema.update(step + 1)  # the reference's num_updates: the global step after this update
-  epoch = tf.cast(step, tf.float32) / lr_schedules.steps_per_epoch(params)
+  epoch = tf.cast(step, tf.float32) / lr_schedules.params_steps_per_epoch(params)
   return EstimatorSpec(ModeKeys.TRAIN, loss=loss, scalars={'learning_rate': lr, 'current_epoch': epoch})
 
 

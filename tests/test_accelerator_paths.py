@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from resnet import resnet_model_fn
 from resnet.estimator import loops
+from resnet.estimator import spec
 from resnet.estimator.spec import ModeKeys
 from tests.helpers import tiny
 
@@ -110,9 +111,9 @@ def _input_fn(params):
   images = tf.random.stateless_uniform([16, SIZE, SIZE, 3], seed=[1, 2], maxval=255.0)
   labels = tf.constant([0, 1] * 8, tf.int32)
   ds = tf.data.Dataset.from_tensor_slices((images, labels))
-  if params['mode'] == ModeKeys.TRAIN:
+  if params.context.mode == ModeKeys.TRAIN:
     ds = ds.repeat()
-  context = params.get('context')
+  context = spec.input_context(params)
   if context is not None and context.num_input_pipelines > 1:
     ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
   return ds.batch(params['batch_size'], drop_remainder=True)

@@ -2,6 +2,8 @@
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -12,14 +14,16 @@ from resnet.estimator import estimator as E
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.run_config import RunConfig
 from resnet.estimator.checkpoints import checkpoint_step
+from resnet.estimator import spec
 from resnet.estimator.spec import EstimatorSpec, ModeKeys, ServingInput
+from tests.helpers import procs
 
 X = np.random.RandomState(0).randn(100, 4).astype('float32')
 Y = ((X[:, 0] > 0).astype('int32') + (X[:, 1] > 1).astype('int32'))
 
 
 def toy_model_fn(features, labels, mode, params):
-  scope = params['scope']
+  scope = params.context.scope
   model = scope.get_or_create('model', lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
   if mode == ModeKeys.TRAIN:
     opt = scope.get_or_create('optimizer', lambda: _optimizer(model, params))
@@ -30,7 +34,7 @@ def toy_model_fn(features, labels, mode, params):
       logits = model(features, training=True)
       per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
       loss = tf.nn.compute_average_loss(
-          per_example, global_batch_size=params['batch_size'] * params['num_replicas_in_sync'])
+          per_example, global_batch_size=params['batch_size'] * params.context.num_replicas)
       loss += params.get('loss_offset', 0.0)
     grads = tape.gradient(loss, model.trainable_variables)
     opt.apply_gradients(zip(grads, model.trainable_variables))
@@ -57,7 +61,7 @@ def train_input(params):
 
 def eval_input(params):
   ds = tf.data.Dataset.from_tensor_slices((X, Y))
-  context = params.get('context')
+  context = spec.input_context(params)
   if context is not None and context.num_input_pipelines > 1:
     ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
   return ds.batch(params['batch_size'])
@@ -243,3 +247,14 @@ def test_request_stop_ends_training_mid_loop_with_a_checkpoint_at_that_step(tmp_
   runner.stop.flag.assign(True)
   runner._train_loop.run(runner._train_input[1], 10)  # pylint: disable=protected-access
   assert int(runner.global_step.numpy()) == 50
+
+
+def test_constructing_an_estimator_leaves_op_determinism_to_the_program(tmp_path):
+  """Deterministic ops are process-wide and cannot be undone, so constructing an Estimator must not turn them on;
+  the program does, with resnet.determinism. In a fresh process: earlier tests must not decide the answer."""
+  code = ('import sys; from resnet import determinism; from tests import test_estimator as t; '
+          't.make_runner(sys.argv[1]); before = determinism.op_determinism_enabled(); '
+          'determinism.make_deterministic(3); print(before, determinism.op_determinism_enabled())')
+  out = subprocess.run([sys.executable, '-c', code, str(tmp_path)], cwd=procs.ROOT, env=procs.base_env(),
+                       capture_output=True, text=True, timeout=120, check=True).stdout
+  assert out.strip().splitlines()[-1] == 'False True'

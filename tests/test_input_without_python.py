@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from official_input import imagenet_input as ii
+from resnet.estimator import spec
 from tests.helpers import cli
 
 PYTHON_OPS = {'PyFunc', 'PyFuncStateless', 'EagerPyFunc'}
@@ -45,7 +46,7 @@ def test_the_tpu_configured_input_graph_holds_no_python_op(data_dir, split, opti
                          overwrite=True)
   source = ii.ImageNetInput(is_training=split == 'train', data_dir=data_dir, split=split, image_size=32,
                             num_label_classes=cli.NUM_CLASSES, fail_on_data_loss=split == 'validation', **options)
-  dataset = source.input_fn({'batch_size': 2, 'context': _tpu_host_context()})
+  dataset = source.input_fn(spec.RunParams({}, 2, spec.RunContext('train', input_context=_tpu_host_context())))
   ops = _op_types(dataset)
   assert 'FilterDataset' in ops and 'TFRecordDataset' in ops  # the accounting and the reader are in the graph
   assert not ops & PYTHON_OPS, ops & PYTHON_OPS

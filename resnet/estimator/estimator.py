@@ -3,7 +3,8 @@
 It trains to ``max_steps`` (resuming from ``model_dir``), evaluates, alternates the two, evaluates each new
 checkpoint as it appears, predicts and exports. Between compiled loops it saves checkpoints, writes TensorBoard
 scalars, logs progress, runs hooks and handles stop requests. *What* a step computes is in ``loops.py``. It knows
-nothing about images or ResNet.
+nothing about images or ResNet, and changes no process-wide setting: seeding and deterministic ops (which cannot be
+undone) are the calling program's decision, not a side effect of constructing an Estimator.
 """
 import contextlib
 import json
@@ -14,7 +15,6 @@ import time
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from absl import logging
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -25,7 +25,7 @@ from resnet.estimator import files
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator import loops
 from resnet.estimator.run_config import RunConfig
-from resnet.estimator.spec import ModeKeys, ObjectScope, ServingInput
+from resnet.estimator.spec import ModeKeys, ObjectScope, RunContext, RunParams, ServingInput
 from resnet.estimator.stopping import StopControl
 
 InputFn = Callable[[Dict[str, Any]], tf.data.Dataset]
@@ -49,12 +49,6 @@ class NoCheckpointError(FileNotFoundError):
   """Evaluation or prediction asked for weights that do not exist."""
 
 
-def make_deterministic(seed: int) -> None:
-  """Seeds Python, NumPy, TF and Keras and turns on deterministic kernels: reruns give identical weights."""
-  keras.utils.set_random_seed(seed)
-  tf.config.experimental.enable_op_determinism()
-
-
 class Estimator:
   """Runs model_fn/input_fn under a strategy: train, evaluate, predict, export."""
 
@@ -67,8 +61,6 @@ class Estimator:
     self.model_dir = config.model_dir
     self.is_chief = distribution.is_chief(self.strategy)
     self.num_replicas = self.strategy.num_replicas_in_sync
-    if config.random_seed is not None:
-      make_deterministic(config.random_seed)
     tf.io.gfile.makedirs(self.model_dir)
     with self.strategy.scope():
       self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step',
@@ -95,13 +87,11 @@ class Estimator:
                        f'{type(self.strategy).__name__}; use a multiple of {self.num_replicas}.')
     return value
 
-  def mode_params(self, mode: str) -> Dict[str, Any]:
-    """The params model_fn sees in ``mode``: the run's params plus the per-replica batch and the scope."""
-    params = dict(self.params)
+  def mode_params(self, mode: str) -> RunParams:
+    """The params model_fn sees in ``mode``: the run's params, the per-replica batch, the scope and step."""
     batch = getattr(self.config, _BATCH_SIZE_NAMES[mode])  # unchecked: export builds PREDICT with no data
-    params.update(batch_size=max(1, batch // self.num_replicas), scope=self.scope,
-                  global_step=self.global_step, num_replicas_in_sync=self.num_replicas, mode=mode)
-    return params
+    return RunParams(self.params, max(1, batch // self.num_replicas),
+                     RunContext(mode, self.num_replicas, scope=self.scope, global_step=self.global_step))
 
   def build(self, mode: str) -> None:
     """Creates the objects ``mode`` needs: model_fn's eager first call (features=None) in the strategy scope."""
@@ -158,9 +148,8 @@ class Estimator:
     global_batch = self._global_batch(mode)
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-      params = dict(self.params)
-      params.update(batch_size=context.get_per_replica_batch_size(global_batch), context=context, mode=mode)
-      return input_fn(params)
+      return input_fn(RunParams(self.params, context.get_per_replica_batch_size(global_batch),
+                                RunContext(mode, self.num_replicas, input_context=context)))
 
     # Predict keeps string features (file names) on the host; they never enter a replica function.
     options = tf.distribute.InputOptions(experimental_fetch_to_device=mode != ModeKeys.PREDICT)
@@ -237,7 +226,7 @@ class Estimator:
           logs = {'loss': loss, **scalars, 'steps_per_sec': ran / seconds}
           for hook in hooks:
             hook.after_loop(step, logs)
-          if not self.config.skip_host_call:
+          if not self.config.skip_train_summaries:
             self.write_scalars('train', step, logs)
           logging.info('%s', progress.line(step, logs))
           stop = self.stop.agreed(self._at_common_boundary(step, max_steps))

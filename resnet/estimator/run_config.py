@@ -2,6 +2,9 @@
 import dataclasses
 from typing import Any, Mapping, Optional
 
+# The tf.distribute strategies a run can ask for (distribution.get_strategy): here, in a module without TensorFlow,
+# so that params can offer them as choices before TensorFlow loads.
+STRATEGIES = ('auto', 'one_device', 'mirrored', 'multi_worker_mirrored', 'tpu')
 
 @dataclasses.dataclass
 class RunConfig:
@@ -13,9 +16,8 @@ class RunConfig:
   iterations_per_loop: int = 100
   save_checkpoints_steps: Optional[int] = None   # None = max(5000, iterations_per_loop)
   keep_checkpoint_max: int = 5
-  skip_host_call: bool = False                   # True: no per-loop TensorBoard scalars
+  skip_train_summaries: bool = False             # True: no per-loop TensorBoard scalars
   jit_compile: bool = False                      # XLA on each replica step (never on the loop or iterator)
-  random_seed: Optional[int] = None              # set: deterministic ops (bit-identical reruns)
 
   def __post_init__(self):
     if self.save_checkpoints_steps is None:

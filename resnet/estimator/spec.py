@@ -1,12 +1,19 @@
-"""The model_fn contract: modes, what model_fn returns, serving inputs, and where its persistent objects live.
+"""The model_fn / input_fn contract: modes, what they receive and return, and where persistent objects live.
+
+``model_fn(features, labels, mode, params)`` and ``input_fn(params)`` get ``params`` as a :class:`RunParams`: the
+run's settings plus ``params['batch_size']`` (per replica), read-only, as TPUEstimator passed them. What the
+Estimator knows only at run time (mode, replica count, the object scope, the step counter, the tf.distribute
+input context) is not a setting, so it travels beside them, typed, as ``params.context`` (:class:`RunContext`).
 
 TF2 needs persistent objects (model, optimizer) created outside the compiled step, so a model_fn gets them from
-``params['scope']`` (an :class:`ObjectScope`) with ``get_or_create(name, factory)``. The estimator first calls
+``params.context.scope`` (an :class:`ObjectScope`) with ``get_or_create(name, factory)``. The estimator first calls
 ``model_fn(None, None, mode, params)`` eagerly inside the strategy scope: that call must create every object the
 mode needs and may return None. Later calls run inside the compiled step, on real features, in replica context.
 """
+import collections.abc
 import contextlib
-from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Set, Tuple
+import dataclasses
+from typing import Any, Callable, Dict, Iterator, Mapping, NamedTuple, Optional, Set, Tuple
 
 import tensorflow as tf
 
@@ -77,3 +84,43 @@ class ObjectScope(tf.Module):
       yield self._requested
     finally:
       self._creating = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+  """The Estimator's run-time state that a model_fn or input_fn may need; set by the Estimator, never by params.
+
+  ``scope`` and ``global_step`` are given to model_fn, ``input_context`` (which input pipeline this is, how many
+  replicas it feeds) to input_fn.
+  """
+  mode: str
+  num_replicas: int = 1
+  scope: Optional[ObjectScope] = None
+  global_step: Optional[tf.Variable] = None
+  input_context: Optional[tf.distribute.InputContext] = None
+
+
+class RunParams(collections.abc.Mapping):
+  """Read-only run settings plus the per-replica ``batch_size``; the run-time state on ``.context``."""
+
+  def __init__(self, settings: Mapping[str, Any], batch_size: int, context: RunContext):
+    self._values = dict(settings, batch_size=int(batch_size))
+    self.context = context
+
+  def __getitem__(self, key: str) -> Any:
+    return self._values[key]
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(self._values)
+
+  def __len__(self) -> int:
+    return len(self._values)
+
+  def __repr__(self) -> str:
+    return f'RunParams({self._values!r}, context={self.context!r})'
+
+
+def input_context(params: Mapping[str, Any]) -> Optional[tf.distribute.InputContext]:
+  """The tf.distribute input context an input_fn was called with; None for plain params (a call by hand)."""
+  context = getattr(params, 'context', None)
+  return context.input_context if isinstance(context, RunContext) else None

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from resnet import resnet_main
 from resnet.estimator import distribution
+from resnet.estimator import spec
 from resnet.estimator.estimator import Estimator
 from tests.helpers import designed_data
 
@@ -77,7 +78,7 @@ def _patch() -> None:
 def _overflowing(input_fn, step: int):
   def overflowing_input_fn(params):
     dataset = input_fn(params)
-    context = params.get('context')
+    context = spec.input_context(params)
     if context is None or context.input_pipeline_id != 1:
       return dataset
 
