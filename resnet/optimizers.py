@@ -5,12 +5,11 @@ Nesterov ``var -= lr*(g + m*accum)``). Keras' SGD folds the learning rate into t
 the reference whenever the learning rate changes (warm-up, decay steps), so we keep TF1's form.
 
 ``LARSMomentum`` is TF1 contrib's ``LARSOptimizer`` (the reference's large-batch option, whose import is broken
-there under TF 2) with its weight decay and skip list; ``lars_learning_rate`` is the reference's LARS schedule.
+there under TF 2) with its weight decay and skip list; its learning-rate schedule lives with the others (lr_schedules).
 """
 import re
-from typing import Callable, Sequence, Tuple, Union
+from typing import Callable, Sequence, Union
 
-from absl import logging
 import keras
 from keras import ops
 import tensorflow as tf
@@ -89,11 +88,6 @@ class TF1Momentum(ReplicaSumOptimizer):
 LARS_SKIP_SUBSTRINGS = ('batch_normalization', 'evonorm', 'bias')
 _BN_COMPONENT = re.compile(r'(?:^|[/_])bn(?:$|[/_\d])')  # 'bn/gamma', 'conv1_bn/beta', 'bn2/moving_mean'
 
-# The reference's LARS peak learning rate and warm-up epochs by global batch size: (batch below, peak, epochs).
-LARS_SCHEDULE_TABLE = ((16384, 10.0, 5), (32768, 25.0, 5), (65536, 32.0, 14), (None, 35.6, 40))
-LARS_MIN_RECOMMENDED_BATCH = 2000
-LARS_END_LEARNING_RATE = 1e-4
-_WARNED_BATCH_SIZES = set()
 
 
 def default_lars_exclusion(path: str) -> bool:
@@ -194,44 +188,3 @@ class LARSMomentum(ReplicaSumOptimizer):
 
 def _path(variable) -> str:
   return getattr(variable, 'path', None) or variable.name
-
-
-def lars_peak_and_warmup(train_batch_size: int) -> Tuple[float, int]:
-  """The reference's LARS (peak learning rate, warm-up epochs) for a global batch size."""
-  if train_batch_size <= 0:
-    raise ValueError(f'train_batch_size must be positive, got {train_batch_size}')
-  if train_batch_size < LARS_MIN_RECOMMENDED_BATCH and train_batch_size not in _WARNED_BATCH_SIZES:
-    _WARNED_BATCH_SIZES.add(train_batch_size)  # once, not at every trace of the schedule
-    logging.warning('LARS is meant for large batches; train_batch_size=%d is below %d.', train_batch_size,
-                    LARS_MIN_RECOMMENDED_BATCH)
-  for below, peak, epochs in LARS_SCHEDULE_TABLE:
-    if below is None or train_batch_size < below:
-      return peak, epochs
-  raise AssertionError('unreachable')
-
-
-def lars_learning_rate(step, train_batch_size: int, num_train_images: int, train_steps: int,
-                       poly_rate: float = 0.0, end_learning_rate: float = LARS_END_LEARNING_RATE) -> tf.Tensor:
-  """The reference's LARS schedule at global ``step``: linear warm-up, then polynomial (power 2) decay.
-
-  With peak ``p`` and warm-up ``w`` epochs from ``lars_peak_and_warmup`` (``poly_rate > 0`` replaces ``p``),
-  ``epoch = step * B / N`` (not floored) and ``w_steps = floor(w * N / B)``:
-    epoch <= w:  p * epoch / w
-    otherwise:   (p - end) * (1 - min(k, D) / D) ** 2 + end,  k = max(1, step - w_steps),  D = train_steps - w_steps + 1
-  When ``train_steps <= w_steps`` the decay phase is never reached; ``D`` is clamped to 1 so that the unused branch
-  stays finite (the reference divided by a non-positive span there).
-  """
-  if num_train_images <= 0 or train_steps <= 0:
-    raise ValueError(f'num_train_images and train_steps must be positive, got {num_train_images} and {train_steps}')
-  if poly_rate < 0:
-    raise ValueError(f'poly_rate must be >= 0 (0 = the batch-size table), got {poly_rate}')
-  peak, warmup_epochs = lars_peak_and_warmup(train_batch_size)
-  if poly_rate > 0.0:
-    peak = poly_rate
-  step = tf.cast(step, tf.float32)
-  epoch = step * (train_batch_size / num_train_images)
-  warmup_steps = warmup_epochs * num_train_images // train_batch_size
-  span = float(max(1, train_steps - warmup_steps + 1))
-  decay_step = tf.minimum(tf.maximum(1.0, step - warmup_steps), span)
-  decayed = (peak - end_learning_rate) * tf.square(1.0 - decay_step / span) + end_learning_rate
-  return tf.where(epoch <= warmup_epochs, peak * epoch / warmup_epochs, decayed)

@@ -1,7 +1,7 @@
 """Profiling for this application: the estimator's ProfilerHook made from params, and the on-demand server.
 
 The estimator's hook knows steps and durations; which params set them (``profile_every_n_steps``,
-``tpu_profile_duration``, ``profile_steps``) and which tool captures from the server are this program's business.
+``profile_duration_ms``, ``profile_steps``) and which tool captures from the server are this program's business.
 """
 from typing import Any, Mapping, Optional
 
@@ -12,7 +12,7 @@ from resnet.estimator.profiler_hook import ProfilerHook, parse_profile_steps
 
 
 def make_profiler_hook(params: Mapping[str, Any], logdir: Optional[str] = None) -> Optional[ProfilerHook]:
-  """The hook for params (profile_every_n_steps, tpu_profile_duration, profile_steps), or None when both are off.
+  """The hook for params (profile_every_n_steps, profile_duration_ms, profile_steps), or None when both are off.
 
   None means zero cost: the estimator then has no profiling hook and no step markers.
   """
@@ -20,7 +20,10 @@ def make_profiler_hook(params: Mapping[str, Any], logdir: Optional[str] = None) 
   profile_steps = params.get('profile_steps') or None
   if every_n <= 0 and parse_profile_steps(profile_steps) is None:
     return None
-  return ProfilerHook(profile_every_n_steps=every_n, duration_ms=int(params.get('tpu_profile_duration') or 1000),
+  where = logdir or params.get('model_dir')
+  logging.info('Profiles go to %s/plugins/profile: view them in TensorBoard\'s Profile tab, or as text with '
+               'python -m tools.profile_report --logdir %s', where, where)
+  return ProfilerHook(profile_every_n_steps=every_n, duration_ms=int(params.get('profile_duration_ms') or 1000),
                       profile_steps=profile_steps, logdir=logdir)
 
 

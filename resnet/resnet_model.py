@@ -44,6 +44,9 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from resnet.architectures import (  # pylint: disable=unused-import (the model's public names, as before)
+    ARCHITECTURES, NORM_ACT_LAYERS, SUPPORTED_DEPTHS, BlockSpec, architecture, norm_act_problem)
+
 MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 
@@ -52,41 +55,7 @@ GROUP_STRIDES = (1, 2, 2, 2)
 STEM_FILTERS = 64
 RESNETD_STEM_FILTERS = (32, 32, 64)  # use_resnetd_stem: three 3x3 convs, the first strided
 DROPBLOCK_VARIABLE_NAME = 'dropblock_keep_prob'
-NORM_ACT_LAYERS = ('bn_relu', 'evonorm_b0', 'evonorm_s0')
 EVONORM_GROUPS = 32  # EvoNorm-S0 groups, reduced until they divide the channel count
-
-
-class BlockSpec(NamedTuple):
-  kind: str                      # 'residual' (two 3x3) or 'bottleneck' (1x1-3x3-1x1)
-  expansion: int                 # output channels = expansion * group filters
-  blocks: tuple[int, int, int, int]
-
-
-# The only place depths are defined: block type and blocks per group (reference resnet_model.py model_params).
-_RESIDUAL = ('residual', 1)
-_BOTTLENECK = ('bottleneck', 4)
-ARCHITECTURES: dict[int, BlockSpec] = {
-    18: BlockSpec(*_RESIDUAL, (2, 2, 2, 2)),
-    34: BlockSpec(*_RESIDUAL, (3, 4, 6, 3)),
-    50: BlockSpec(*_BOTTLENECK, (3, 4, 6, 3)),
-    101: BlockSpec(*_BOTTLENECK, (3, 4, 23, 3)),
-    152: BlockSpec(*_BOTTLENECK, (3, 8, 36, 3)),
-    200: BlockSpec(*_BOTTLENECK, (3, 24, 36, 3)),
-    # ResNet-RS depths.
-    270: BlockSpec(*_BOTTLENECK, (4, 29, 53, 4)),
-    350: BlockSpec(*_BOTTLENECK, (4, 36, 72, 4)),
-    420: BlockSpec(*_BOTTLENECK, (4, 44, 87, 4)),
-}
-SUPPORTED_DEPTHS = tuple(sorted(ARCHITECTURES))
-
-
-def architecture(resnet_depth: int) -> BlockSpec:
-  """The block spec of a depth; ValueError names the supported depths (params validation shows it to users)."""
-  try:
-    return ARCHITECTURES[int(resnet_depth)]
-  except (KeyError, TypeError, ValueError):
-    raise ValueError(f'Unsupported resnet_depth {resnet_depth!r}; supported depths: '
-                     f'{", ".join(map(str, SUPPORTED_DEPTHS))}.') from None
 
 
 def group_keep_prob(keep_prob, group: int):
@@ -572,12 +541,9 @@ def _parse_groups(dropblock_groups) -> tuple[int, ...]:
 
 
 def check_norm_act_layer(norm_act_layer: str, pre_activation: bool) -> None:
-  """ValueError unless norm_act_layer is known and, for EvoNorm, the model is pre-activation (v2)."""
-  if norm_act_layer not in NORM_ACT_LAYERS:
-    raise ValueError(f'Unknown norm_act_layer {norm_act_layer!r}; use one of {", ".join(NORM_ACT_LAYERS)}.')
-  if norm_act_layer != 'bn_relu' and not pre_activation:
-    raise ValueError(f'norm_act_layer={norm_act_layer!r} needs the pre-activation ResNet (v2), as in the '
-                     "reference: set pre_activation=True, or use norm_act_layer='bn_relu'.")
+  problem = norm_act_problem(norm_act_layer, pre_activation)
+  if problem:
+    raise ValueError(problem)
 
 
 def check_se_ratio(se_ratio: float | None) -> float | None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from resnet import lr_schedules
 from resnet import optimizers
 from resnet import resnet_model
 
@@ -225,32 +226,32 @@ B, N, STEPS = 16384, 1281167, 7116
     (9000, 1e-4),         # past train_steps: the end learning rate
 ])
 def test_lars_schedule_at_hand_computed_steps(step, expected):
-  value = float(optimizers.lars_learning_rate(step, B, N, STEPS))
+  value = float(lr_schedules.lars_learning_rate(step, B, N, STEPS))
   assert value == pytest.approx(expected, rel=2e-5)
 
 
 def test_poly_rate_replaces_the_peak():
   # 3.0 * 1.278834 / 5 at step 100; and k = 2610 after warm-up: (3 - 1e-4) * 0.3745578 + 1e-4
-  assert float(optimizers.lars_learning_rate(100, B, N, STEPS, poly_rate=3.0)) == pytest.approx(0.767300, rel=2e-5)
-  assert float(optimizers.lars_learning_rate(3000, B, N, STEPS, poly_rate=3.0)) == pytest.approx(1.123736, rel=2e-5)
+  assert float(lr_schedules.lars_learning_rate(100, B, N, STEPS, poly_rate=3.0)) == pytest.approx(0.767300, rel=2e-5)
+  assert float(lr_schedules.lars_learning_rate(3000, B, N, STEPS, poly_rate=3.0)) == pytest.approx(1.123736, rel=2e-5)
 
 
 @pytest.mark.parametrize('batch, expected', [
     (2048, (10.0, 5)), (16383, (10.0, 5)), (16384, (25.0, 5)), (32767, (25.0, 5)), (32768, (32.0, 14)),
     (65535, (32.0, 14)), (65536, (35.6, 40)), (131072, (35.6, 40))])
 def test_peak_and_warmup_by_batch_size(batch, expected):
-  assert optimizers.lars_peak_and_warmup(batch) == expected
+  assert lr_schedules.lars_peak_and_warmup(batch) == expected
 
 
 def test_small_batches_warn_and_short_runs_stay_finite(caplog, monkeypatch):
-  monkeypatch.setattr(optimizers, '_WARNED_BATCH_SIZES', set())
+  monkeypatch.setattr(lr_schedules, '_WARNED_BATCH_SIZES', set())
   with caplog.at_level(std_logging.WARNING, logger='absl'):
-    values = [float(optimizers.lars_learning_rate(s, 8, 64, 3)) for s in range(5)]
+    values = [float(lr_schedules.lars_learning_rate(s, 8, 64, 3)) for s in range(5)]
   assert any('below 2000' in r.getMessage() for r in caplog.records)
   # w_steps = 5 * 64 // 8 = 40 > 3 train steps: warm-up only, 10 * (s * 8 / 64) / 5 = 0.25 s.
   np.testing.assert_allclose(values, [0.0, 0.25, 0.5, 0.75, 1.0], rtol=1e-6)
   with pytest.raises(ValueError, match='poly_rate'):
-    optimizers.lars_learning_rate(0, B, N, STEPS, poly_rate=-1.0)
+    lr_schedules.lars_learning_rate(0, B, N, STEPS, poly_rate=-1.0)
 
 
 # ------------------------------------------------------------------------------------------------ in the model_fn
@@ -264,6 +265,6 @@ def test_lars_runs_without_nesterov_and_its_eval_loss_has_no_l2_term(tmp_path):
   optimizer = resnet_model_fn.build_optimizer(params, model)
   assert isinstance(optimizer, optimizers.LARSMomentum) and not optimizer.nesterov
   assert float(resnet_model_fn._weight_decay(model, params)) == 0.0  # pylint: disable=protected-access
-  momentum = dict(params, enable_lars=False)
+  momentum = tiny.resnet_params(str(tmp_path), use_nesterov=True, weight_decay=0.5)
   assert resnet_model_fn.build_optimizer(momentum, model).nesterov
   assert float(resnet_model_fn._weight_decay(model, momentum)) > 0.0  # pylint: disable=protected-access

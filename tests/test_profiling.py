@@ -120,8 +120,8 @@ def input_bound_run(tmp_path_factory) -> Dict[str, object]:
 
 
 def test_make_profiler_hook_returns_none_when_profiling_is_off():
-  assert make_profiler_hook({'profile_every_n_steps': 0, 'tpu_profile_duration': 1000, 'profile_steps': ''}) is None
-  hook = make_profiler_hook({'profile_every_n_steps': 100, 'tpu_profile_duration': 500, 'profile_steps': ''})
+  assert make_profiler_hook({'profile_every_n_steps': 0, 'profile_duration_ms': 1000, 'profile_steps': ''}) is None
+  hook = make_profiler_hook({'profile_every_n_steps': 100, 'profile_duration_ms': 500, 'profile_steps': ''})
   assert isinstance(hook, ProfilerHook) and hook.step_markers
   assert start_profiler_server(0) is False
 

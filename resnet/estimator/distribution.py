@@ -12,11 +12,13 @@ from typing import Optional, Sequence
 from absl import logging
 import tensorflow as tf
 
-STRATEGIES = ('auto', 'one_device', 'mirrored', 'multi_worker_mirrored', 'tpu')
+from resnet.estimator import run_config
+
+STRATEGIES = run_config.STRATEGIES
 # Environment variables that say a TPU is attached (Cloud TPU VMs, Colab, GKE).
 _TPU_ENV_VARS = ('TPU_NAME', 'COLAB_TPU_ADDR', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS', 'TPU_ACCELERATOR_TYPE')
-_TPU_HELP = ('Check --tpu (a TPU name or grpc://host:8470), --tpu_zone and --gcp_project, that the TPU is up and '
-             'reachable from this host, or run without a TPU (--use_tpu=false).')
+_TPU_HELP = ('Check the TPU name or address (grpc://host:8470), its zone and project, that the TPU is up and reachable '
+             'from this host, or run without a TPU.')
 TPU_CONNECT_TIMEOUT_S = 10.0
 
 
@@ -49,7 +51,7 @@ def configure_cluster(worker_hosts: Optional[str], task_index: int) -> int:
     return 1
   workers = [w.strip() for w in worker_hosts.split(',') if w.strip()]
   if not 0 <= task_index < len(workers):
-    raise ValueError(f'--task_index={task_index} is out of range for {len(workers)} --worker_hosts.')
+    raise ValueError(f'task_index={task_index} is out of range for the {len(workers)} worker_hosts.')
   os.environ['TF_CONFIG'] = json.dumps(
       {'cluster': {'worker': workers}, 'task': {'type': 'worker', 'index': task_index}})
   return len(workers)

@@ -12,7 +12,7 @@ Why captures start and stop at loop boundaries, in loops of one step (measured w
   ``tf.function``): it then groups events by loop iteration instead of by the ``Trace(..., _r=1)`` step markers, and
   the overview and input-pipeline tools report "No step time measured". A background-thread ``stop()`` after
   ``duration_ms`` would cut a multi-step loop in half and capture while-loops; stopping at a boundary while the hook
-  asks for 1-step loops captures whole, individually marked steps. The runner should run such 1-step loops without
+  asks for 1-step loops captures whole, individually marked steps. The Estimator runs such 1-step loops without
   a while loop (a plain step function), or the profile has no steps.
 - The profiler names a run by the wall-clock second at ``stop()``; two captures stopped within one second share a
   directory and the second overwrites the first. The hook waits for the next second in that (rare) case.
@@ -117,12 +117,12 @@ class ProfilerHook(LoopHook):
   def profile_dir(self) -> str:
     return os.path.join(self._logdir, 'plugins', 'profile')
 
-  def begin(self, runner: Any, step: int) -> None:
+  def begin(self, estimator: Any, step: int) -> None:
     """Schedules captures; a later train() call with the same hook (train_and_eval) keeps the schedule."""
     if self._logdir is None:
-      self._logdir = getattr(runner, 'model_dir', None)
+      self._logdir = getattr(estimator, 'model_dir', None)
     if not self._logdir:
-      raise ValueError('ProfilerHook needs a logdir: pass logdir= or give the runner a model_dir')
+      raise ValueError('ProfilerHook needs a logdir: pass logdir= or give the Estimator a model_dir')
     first_call, self._begun = not self._begun, True
     if self._every_n:
       if first_call:  # never capture the first loop: it traces and compiles
@@ -236,6 +236,5 @@ class ProfilerHook(LoopHook):
     capture.run_dir = os.path.join(self.profile_dir, runs[-1])
     capture.xplane_files = tuple(sorted(tf.io.gfile.glob(os.path.join(capture.run_dir, '*.xplane.pb'))))
     logging.info('Profile of steps [%d, %d) (%d steps, %.2f s) written to %s (view: tensorboard --logdir %s, '
-                 'Profile tab; text report: python -m tools.profile_report --logdir %s)',
-                 capture.start_step, capture.end_step, capture.end_step - capture.start_step,
-                 time.time() - capture.start_time, capture.run_dir, self._logdir, capture.run_dir)
+                 'Profile tab)', capture.start_step, capture.end_step, capture.end_step - capture.start_step,
+                 time.time() - capture.start_time, capture.run_dir, self._logdir)

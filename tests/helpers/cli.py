@@ -25,7 +25,7 @@ NUM_CLASSES = 4
 # ResNet-18, 32 px, 4 classes, float32, CPU, no TPU: ~0.05-0.1 s a step on 2 cores.
 TINY = ('--resnet_depth=18', '--image_size=32', '--num_label_classes=4', '--precision=float32',
         '--train_batch_size=8', '--eval_batch_size=8', '--predict_batch_size=8', '--num_train_images=64',
-        '--use_tpu=false', '--skip_host_call=true', '--keep_checkpoint_max=3')
+        '--use_tpu=false', '--skip_train_summaries=true', '--keep_checkpoint_max=3')
 
 
 def main_args(*flags: str, base: Sequence[str] = TINY) -> List[str]:
