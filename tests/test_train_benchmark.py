@@ -1,14 +1,16 @@
-"""tools/train_benchmark: every row and ratio, medians and ranges over repeated windows, the markdown table; never a
-timing assertion."""
+"""tools/train_benchmark and its parts (tools/train_bench): every row and ratio, medians and ranges over repeated
+windows, the markdown table; never a timing assertion."""
 import dataclasses
 import math
-import statistics
 
 from absl import flags
 import pytest
 
+from resnet import determinism
 from tests.helpers import cli
 from tools import train_benchmark as tb
+from tools.train_bench import child, machine, measure, report, suite
+from tools.train_bench import rows as rows_lib
 
 ZEN5_CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -29,50 +31,52 @@ flags\t\t: fpu sse sse2 avx avx2 fma avx512f avx512bw avx512_bf16 avx512_vnni
 
 
 def test_peak_from_cpuinfo_zen5_zen4_and_overrides():
-  zen5 = tb.detect_peak(ZEN5_CPUINFO, cores=2)
+  zen5 = machine.detect_peak(ZEN5_CPUINFO, cores=2)
   assert zen5.fp32_flops_per_cycle == 64 and zen5.has_bf16
   assert zen5.fp32_gflops == pytest.approx(2 * 2.59612 * 64)
   assert zen5.bf16_gflops == pytest.approx(2 * zen5.fp32_gflops)
   assert 'Zen 5' in zen5.describe() and 'cpu MHz' in zen5.describe()
-  zen4 = tb.detect_peak(ZEN5_CPUINFO.replace('cpu family\t: 26', 'cpu family\t: 25'), cores=4, clock_ghz_override=3.0)
+  zen4 = machine.detect_peak(ZEN5_CPUINFO.replace('cpu family\t: 26', 'cpu family\t: 25'), cores=4,
+                             clock_ghz_override=3.0)
   assert zen4.fp32_flops_per_cycle == 32 and zen4.fp32_gflops == pytest.approx(4 * 3.0 * 32)
   assert '--peak_clock_ghz' in zen4.describe()
-  no_mhz = tb.detect_peak('flags\t: avx2 fma\nbogomips\t: 4000.00\n', cores=1)
+  no_mhz = machine.detect_peak('flags\t: avx2 fma\nbogomips\t: 4000.00\n', cores=1)
   assert no_mhz.isa == 'AVX2+FMA' and no_mhz.clock_ghz == pytest.approx(2.0) and not no_mhz.has_bf16
 
 
 def test_clock_is_raised_when_a_matmul_beats_the_nominal_peak():
-  nominal = tb.detect_peak(ZEN5_CPUINFO, cores=2)  # 332 GFLOP/s fp32 at 2.596 GHz
-  assert tb.raise_clock_to_gemm(nominal, {'float32': 300.0}) is nominal
-  raised = tb.raise_clock_to_gemm(nominal, {'float32': 467.0, 'bfloat16': 890.0})
+  nominal = machine.detect_peak(ZEN5_CPUINFO, cores=2)  # 332 GFLOP/s fp32 at 2.596 GHz
+  assert machine.raise_clock_to_gemm(nominal, {'float32': 300.0}) is nominal
+  raised = machine.raise_clock_to_gemm(nominal, {'float32': 467.0, 'bfloat16': 890.0})
   assert raised.clock_ghz == pytest.approx(467.0 / 128) and raised.nominal_clock_ghz == pytest.approx(2.59612)
   assert 'upper bounds' in raised.describe()
-  fixed = tb.detect_peak(ZEN5_CPUINFO, cores=2, clock_ghz_override=2.0)
-  assert tb.raise_clock_to_gemm(fixed, {'float32': 467.0}) is fixed
+  fixed = machine.detect_peak(ZEN5_CPUINFO, cores=2, clock_ghz_override=2.0)
+  assert machine.raise_clock_to_gemm(fixed, {'float32': 467.0}) is fixed
 
 
 def _row(kind, precision, samples, data='synthetic', name=None):
-  row = tb.Row(name=name or tb.row_name(tb.BenchConfig(), kind, data), kind=kind, precision=precision, data=data,
-               compile_s=12.0)
+  row = rows_lib.Row(name=name or rows_lib.row_name(rows_lib.BenchConfig(), kind, data), kind=kind,
+                     precision=precision, data=data, compile_s=12.0)
   row.samples, row.busy, row.others = list(samples), [0.97] * len(samples), [0.01] * len(samples)
   return row
 
 
 def _results(rows, **cfg):
-  return tb.Results(cfg=tb.BenchConfig(**cfg), peak=tb.detect_peak(ZEN5_CPUINFO, cores=2), rows=rows,
-                    train_gflop_per_image=24.5, gemm={'float32': 250.0}, load=(0.5, 0.7), data_note='fake records',
-                    versions={'TensorFlow': '2.21.0', 'Keras': '3.9', 'Python': '3.11.7'})
+  return rows_lib.Results(cfg=rows_lib.BenchConfig(**cfg), peak=machine.detect_peak(ZEN5_CPUINFO, cores=2),
+                          rows=rows, train_gflop_per_image=24.5, gemm={'float32': 250.0}, load=(0.5, 0.7),
+                          data_note='fake records',
+                          versions={'TensorFlow': '2.21.0', 'Keras': '3.9', 'Python': '3.11.7'})
 
 
 def test_a_row_is_the_median_window_and_a_ratio_spans_the_window_pairs():
   row, base = _row('ours', 'float32', [10.0, 12.0, 11.0]), _row('keras', 'float32', [5.0, 8.0, 6.0])
   assert (row.images_per_sec, row.low, row.high, row.spread) == (11.0, 10.0, 12.0, '10.00-12.00')
-  r = tb.ratio(row, base, 'runner')
+  r = rows_lib.ratio(row, base, 'runner')
   assert r.value == pytest.approx(11.0 / 6.0)   # medians
   assert r.low == pytest.approx(10.0 / 8.0)     # slowest of the row over the fastest of the baseline
   assert r.high == pytest.approx(12.0 / 5.0)
   assert (r.baseline, r.isolates) == (base.name, 'runner')
-  assert tb.format_ratio(r) == '1.83x (1.25-2.40)'
+  assert report.format_ratio(r) == '1.83x (1.25-2.40)'
 
 
 # One run's rows, fp32 and bf16: medians 6, 7, 8, 3, 12 (fp32); 9, 10, 13, 12.4 (bf16); 7.5 (fp32 det).
@@ -107,33 +111,34 @@ def test_every_row_is_compared_with_keras_applications_and_with_its_one_differen
   assert results.vs_keras(keras32) is None and results.vs_reference(keras32) is None
   assert results.vs_reference(xla32).low == pytest.approx(2 / 8) and results.vs_reference(xla32).high == 0.5
   # The same figures in the table and the targets.
-  lines = tb.table_rows(results)
-  vs_keras, vs_ref = tb.HEADER.index('vs keras apps'), tb.HEADER.index('vs reference (what differs)')
+  lines = report.table_rows(results)
+  vs_keras, vs_ref = report.HEADER.index('vs keras apps'), report.HEADER.index('vs reference (what differs)')
   assert lines[3][vs_keras] == '0.50x (0.29-0.80)' and lines[3][vs_ref].startswith('XLA: 0.38x (0.25-0.50) vs ')
   assert lines[8][vs_ref].startswith('determinism: 0.94x (0.88-1.00) vs ')
-  assert [t.split()[0] for t in tb.target_lines(results)] == ['PASS', 'PASS', 'FAIL', 'PASS', 'PASS']
+  assert [t.split()[0] for t in report.target_lines(results)] == ['PASS', 'PASS', 'FAIL', 'PASS', 'PASS']
 
 
 def test_report_shows_medians_ranges_gflops_and_noise():
   results = _results(_run_rows(), repeats=3)
-  text = tb.format_report(results)
+  text = report.format_report(results)
   print(text)
-  lines = tb.table_rows(results)
-  img, rng, fp32, bf16 = (tb.HEADER.index(c) for c in ('img/s', 'min-max', '% fp32 peak', '% bf16 peak'))
+  lines = report.table_rows(results)
+  img, rng, fp32, bf16 = (report.HEADER.index(c) for c in ('img/s', 'min-max', '% fp32 peak', '% bf16 peak'))
   assert (lines[0][img], lines[0][rng]) == ('6.00', '5.00-7.00')
   assert lines[0][fp32] == '-'  # keras.applications: a different FLOP count, no MFU
   assert lines[2][fp32] == f'{8.0 * 24.5 / (2 * 2.59612 * 64):.0%}' and lines[6][bf16] != '-'
   assert lines[1][fp32] != '-'  # Keras fit on our model runs our FLOPs
   assert 'quiet' in text and 'NOISE' not in text
   results.rows[1].others = [0.5]
-  noisy = tb.format_report(results)
+  noisy = report.format_report(results)
   assert 'NOISE WARNING' in noisy and 'CPU-normalised' in noisy
-  assert 'Only 1 window' in tb.format_report(_results(_run_rows(), repeats=1))
+  assert 'Only 1 window' in report.format_report(_results(_run_rows(), repeats=1))
 
 
 def test_markdown_has_every_row_the_machine_and_the_command():
   results = _results(_run_rows(), steps=10)
-  text = tb.format_markdown(results, tb.command_line(['train_benchmark.py', '--markdown', '--precisions=float32']))
+  text = report.format_markdown(results,
+                                tb.command_line(['train_benchmark.py', '--markdown', '--precisions=float32']))
   print(text)
   table = [line for line in text.splitlines() if line.startswith('| ') and not line.startswith('| row')]
   assert len(table) == len(ROWS)
@@ -164,21 +169,21 @@ def test_flags_defaults_and_quick_mode():
 
 def test_bad_configs_are_refused_with_the_fix():
   with pytest.raises(ValueError, match='steps'):
-    tb.run_benchmark(tb.BenchConfig(steps=1, gemm_check=False))
+    suite.run_benchmark(rows_lib.BenchConfig(steps=1, gemm_check=False))
   with pytest.raises(ValueError, match=r"xla_precisions=\['bfloat16'\].*Add them to --precisions"):
-    tb.validate(tb.BenchConfig(precisions=('float32',), xla_precisions=('bfloat16',)))
+    rows_lib.validate(rows_lib.BenchConfig(precisions=('float32',), xla_precisions=('bfloat16',)))
   with pytest.raises(ValueError, match='determinism_precisions'):
-    tb.validate(tb.BenchConfig(precisions=('float32',), determinism_precisions=('bfloat16',)))
+    rows_lib.validate(rows_lib.BenchConfig(precisions=('float32',), determinism_precisions=('bfloat16',)))
   with pytest.raises(ValueError, match='determinism_mode'):
-    tb.validate(tb.BenchConfig(determinism_mode='thread'))
+    rows_lib.validate(rows_lib.BenchConfig(determinism_mode='thread'))
   with pytest.raises(ValueError, match='keras.applications has no'):
-    tb.validate(tb.BenchConfig(keras_application='ResNet18'))
+    rows_lib.validate(rows_lib.BenchConfig(keras_application='ResNet18'))
 
 
 def test_a_process_already_deterministic_is_refused(monkeypatch):
-  monkeypatch.setattr(tb, 'op_determinism_enabled', lambda: True)
+  monkeypatch.setattr(determinism, 'op_determinism_enabled', lambda: True)
   with pytest.raises(RuntimeError, match='fresh process'):
-    tb.run_benchmark(tb.BenchConfig(gemm_check=False, real_data=False))
+    suite.run_benchmark(rows_lib.BenchConfig(gemm_check=False, real_data=False))
 
 
 def _fake_benchmarks(monkeypatch, calls):
@@ -192,40 +197,40 @@ def _fake_benchmarks(monkeypatch, calls):
     calls.append((kind, precision, 'synthetic'))
     return _row(kind, precision, [4.0])
 
-  def child(cfg, precision, deterministic=True):
+  def in_child(cfg, precision, deterministic=True):
     calls.append(('ours_det child', precision, 'synthetic'))
     return _row('ours_det', precision, [4.5])
 
-  monkeypatch.setattr(tb, 'bench_ours', ours)
-  monkeypatch.setattr(tb, 'bench_keras', keras)
-  monkeypatch.setattr(tb, 'bench_ours_in_subprocess', child)
-  monkeypatch.setattr(tb, 'synthetic_batch', lambda cfg, precision: None)
+  monkeypatch.setattr(measure, 'bench_ours', ours)
+  monkeypatch.setattr(measure, 'bench_keras', keras)
+  monkeypatch.setattr(child, 'bench_ours_in_subprocess', in_child)
+  monkeypatch.setattr(measure, 'synthetic_batch', lambda cfg, precision: None)
 
 
 def test_rows_run_in_order_with_determinism_last(monkeypatch):
   calls = []
   _fake_benchmarks(monkeypatch, calls)
-  cfg = tb.BenchConfig(precisions=('float32', 'bfloat16'), xla_precisions=('float32', 'bfloat16'),
-                       determinism_precisions=('bfloat16',), real_data=False, gemm_check=False)
-  tb.run_benchmark(cfg)
+  cfg = rows_lib.BenchConfig(precisions=('float32', 'bfloat16'), xla_precisions=('float32', 'bfloat16'),
+                             determinism_precisions=('bfloat16',), real_data=False, gemm_check=False)
+  suite.run_benchmark(cfg)
   assert calls == [('keras', 'float32', 'synthetic'), ('keras_ours', 'float32', 'synthetic'),
                    ('ours', 'float32', 'synthetic'), ('ours_xla', 'float32', 'synthetic'),
                    ('keras', 'bfloat16', 'synthetic'), ('keras_ours', 'bfloat16', 'synthetic'),
                    ('ours', 'bfloat16', 'synthetic'), ('ours_xla', 'bfloat16', 'synthetic'),
                    ('ours_det child', 'bfloat16', 'synthetic')]
   calls.clear()
-  tb.run_benchmark(dataclasses.replace(cfg, precisions=('float32',), xla_precisions=(),
-                                       determinism_precisions=('float32',), determinism_mode='in_process'))
+  suite.run_benchmark(dataclasses.replace(cfg, precisions=('float32',), xla_precisions=(),
+                                          determinism_precisions=('float32',), determinism_mode='in_process'))
   assert calls[-1] == ('ours_det', 'float32', 'synthetic') and len(calls) == 4
 
 
 def test_depth_without_keras_application_says_so(monkeypatch):
   calls = []
   _fake_benchmarks(monkeypatch, calls)
-  cfg = tb.BenchConfig(resnet_depth=18, image_size=32, precisions=('float32',), determinism_precisions=('float32',),
-                       real_data=False, gemm_check=False)
-  results = tb.run_benchmark(cfg)
-  text = tb.format_report(results)
+  cfg = rows_lib.BenchConfig(resnet_depth=18, image_size=32, precisions=('float32',),
+                             determinism_precisions=('float32',), real_data=False, gemm_check=False)
+  results = suite.run_benchmark(cfg)
+  text = report.format_report(results)
   assert 'keras' not in [c[0] for c in calls] and ('keras_ours', 'float32', 'synthetic') in calls
   assert 'No keras.applications row' in text and 'n/a   ours vs Keras fit' in text
 
@@ -234,13 +239,14 @@ def test_tiny_run_measures_every_row_three_times(tmp_path):
   """ResNet-18 at 32 px, each row over 3 windows; the determinism row runs in a child process. The baseline is
   keras.applications' MobileNet, the cheapest to build and trace (there is no ResNet-18 there)."""
   data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=16, num_validation=0)
-  cfg = tb.BenchConfig(resnet_depth=18, image_size=32, batch_size=4, steps=2, warmup_steps=2, repeats=3,
-                       precisions=('float32',), xla_precisions=('float32',), determinism_precisions=('float32',),
-                       keras_application='MobileNet', data_dir=data_dir, gemm_check=False)
-  results = tb.run_benchmark(cfg)
-  text = tb.format_report(results)
+  cfg = rows_lib.BenchConfig(resnet_depth=18, image_size=32, batch_size=4, steps=2, warmup_steps=2, repeats=3,
+                             precisions=('float32',), xla_precisions=('float32',),
+                             determinism_precisions=('float32',), keras_application='MobileNet', data_dir=data_dir,
+                             gemm_check=False)
+  results = suite.run_benchmark(cfg)
+  text = report.format_report(results)
   print(text)
-  print(tb.format_markdown(results, tb.command_line(['prog'])))
+  print(report.format_markdown(results, tb.command_line(['prog'])))
   assert [(r.kind, r.data) for r in results.rows] == [
       ('keras', 'synthetic'), ('keras_ours', 'synthetic'), ('ours', 'synthetic'), ('ours_xla', 'synthetic'),
       ('ours', 'real'), ('ours_det', 'synthetic')]
@@ -251,7 +257,7 @@ def test_tiny_run_measures_every_row_three_times(tmp_path):
   # The control trains our ResNet-18 (11.7M parameters with 1000 classes), not the keras.applications model (4.3M).
   assert 11e6 < fit_ours.parameters == ours.parameters < 12e6 and keras_apps.parameters < 5e6
   # Deterministic ops were on in the child process only.
-  assert det.note == 'deterministic ops on' and ours.note == '' and not tb.op_determinism_enabled()
+  assert det.note == 'deterministic ops on' and ours.note == '' and not determinism.op_determinism_enabled()
   assert results.vs_reference(fit_ours).baseline == keras_apps.name
   assert results.vs_reference(ours).baseline == fit_ours.name
   assert results.vs_reference(xla).baseline == ours.name and results.vs_reference(det).baseline == ours.name

@@ -77,6 +77,11 @@ def _import_converter() -> Any:
   return raw_to_tool_data
 
 
+def require_xprof() -> None:
+  """Raises XprofNotInstalledError without xprof: a caller can skip a capture that nothing could analyse."""
+  _import_converter()
+
+
 def _xplanes_in(directory: str) -> List[str]:
   return sorted(glob.glob(os.path.join(directory, '*' + _XPLANE_SUFFIX)))
 

@@ -1,0 +1,218 @@
+"""The benchmark's text: the table, how to read it, the targets, and README's markdown table."""
+import math
+from typing import List, Optional, Sequence
+
+from tools.train_bench.rows import OUR_MODEL_KINDS, Ratio, Results, Row
+
+# The project's performance targets.
+TARGET_VS_KERAS = 1.10
+TARGET_MFU_FP32 = 0.70
+TARGET_REAL_VS_SYNTHETIC = 0.95
+NOISE_OTHERS = 0.10  # other processes using > 10% of the cores during a timed window: a noisy figure
+
+
+def _pct(x: float) -> str:
+  return '-' if x is None or not math.isfinite(x) else f'{100.0 * x:.0f}%'
+
+
+def _num(x: Optional[float], fmt: str = '{:.2f}') -> str:
+  return '-' if x is None or not math.isfinite(x) else fmt.format(x)
+
+
+def format_ratio(r: Optional[Ratio], with_baseline: bool = False) -> str:
+  """'1.42x (1.38-1.47)'; with_baseline adds 'runner: ... vs <baseline>'."""
+  if r is None or not math.isfinite(r.value):
+    return '-'
+  text = f'{r.value:.2f}x'
+  if math.isfinite(r.low) and r.low != r.high:  # equal only with a single window on both sides
+    text += f' ({r.low:.2f}-{r.high:.2f})'
+  if with_baseline:
+    text = f'{r.isolates + ": " if r.isolates else ""}{text} vs {r.baseline}'
+  return text
+
+
+def row_gflops(results: Results, row: Row) -> float:
+  """Training GFLOP/s of rows running our model (count_flops); NaN for keras.applications rows."""
+  return row.images_per_sec * results.train_gflop_per_image if row.kind in OUR_MODEL_KINDS else float('nan')
+
+
+def table_rows(results: Results) -> List[List[str]]:
+  """The table's cells: one line per measured row, ratios next to the figure they compare."""
+  peak = results.peak
+  lines = []
+  for row in results.rows:
+    gflops = row_gflops(results, row)
+    bf16_peak = gflops / peak.bf16_gflops if row.precision == 'bfloat16' else float('nan')
+    lines.append([row.name, row.precision, _num(row.images_per_sec), row.spread,
+                  format_ratio(results.vs_keras(row)), format_ratio(results.vs_reference(row), with_baseline=True),
+                  _num(row.cpu_normalised), _num(gflops, '{:.0f}'), _pct(gflops / peak.fp32_gflops), _pct(bf16_peak),
+                  f'{_pct(row.cpu_busy)} / {_pct(row.cpu_others)}', _num(row.compile_s, '{:.0f}')])
+  return lines
+
+
+HEADER = ['row', 'precision', 'img/s', 'min-max', 'vs keras apps', 'vs reference (what differs)', 'cpu-norm img/s',
+          'GFLOP/s', '% fp32 peak', '% bf16 peak', 'cpu us / others', 'warm-up s']
+
+
+def format_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+  widths = [max(len(str(c)) for c in col) for col in zip(header, *lines)]
+  fmt = lambda cells: '  '.join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+  return '\n'.join([fmt(header), fmt(['-' * w for w in widths])] + [fmt(line) for line in lines])
+
+
+def is_noisy(results: Results) -> bool:
+  others = [r.cpu_others for r in results.rows if math.isfinite(r.cpu_others)]
+  return bool(others) and max(others) > NOISE_OTHERS
+
+
+def target_lines(results: Results) -> List[str]:
+  """One line per target: PASS / FAIL / n/a on wall-clock img/s, with the figure behind it (and the CPU-normalised
+  figure when other processes competed)."""
+  out = []
+  mark = lambda ok: 'PASS' if ok else 'FAIL'  # noqa: E731
+  noisy = is_noisy(results)
+
+  def cpu_note(a: Row, b: Row, fmt: str) -> str:
+    return f' [noisy run; CPU-normalised: {fmt.format(a.cpu_normalised / b.cpu_normalised)}]' if noisy else ''
+
+  for p in results.cfg.precisions:
+    ours, keras_row = results.find('ours', p), results.find('keras', p)
+    if ours and keras_row:
+      r = results.vs_keras(ours)
+      out.append(f'{mark(r.value >= TARGET_VS_KERAS)}  ours vs Keras fit, {p}: {format_ratio(r)} '
+                 f'(target >= {TARGET_VS_KERAS:.2f}x){cpu_note(ours, keras_row, "{:.2f}x")}')
+    else:
+      out.append(f'n/a   ours vs Keras fit, {p}: no Keras row')
+  peak = results.peak
+  for p in results.cfg.precisions:
+    ours = results.find('ours', p)
+    if ours:
+      gflops = row_gflops(results, ours)
+      mfu = gflops / peak.fp32_gflops
+      nominal = ''
+      if peak.nominal_clock_ghz:
+        nominal_peak = peak.cores * peak.nominal_clock_ghz * peak.fp32_flops_per_cycle
+        nominal = f'; {gflops / nominal_peak:.0%} against the nominal-clock peak'
+      cpu_mfu = ours.cpu_normalised * results.train_gflop_per_image / peak.fp32_gflops
+      cpu = f' [noisy run; CPU-normalised: {cpu_mfu:.0%}]' if noisy else ''
+      out.append(f'{mark(mfu >= TARGET_MFU_FP32)}  MFU {p}: {mfu:.0%} of the fp32 peak{nominal} '
+                 f'(target >= {TARGET_MFU_FP32:.0%}){cpu}')
+  real = next((r for r in results.rows if r.data == 'real'), None)
+  if real:
+    synth = results.find('ours', real.precision)
+    r = results.vs_reference(real)
+    out.append(f'{mark(r.value >= TARGET_REAL_VS_SYNTHETIC)}  real vs synthetic input, {real.precision}: '
+               f'{r.value:.0%} (target >= {TARGET_REAL_VS_SYNTHETIC:.0%}){cpu_note(real, synth, "{:.0%}")}')
+  else:
+    out.append('n/a   real vs synthetic input: --real_data=false')
+  return out
+
+
+def machine_line(results: Results) -> str:
+  """The machine and software the figures come from, and how busy the machine was."""
+  peak, v = results.peak, results.versions
+  software = ', '.join(f'{k} {v[k]}' for k in ('TensorFlow', 'Keras', 'Python') if k in v)
+  return (f'{peak.model_name} ({peak.vendor}, family {peak.family if peak.family is not None else "?"}, '
+          f'{peak.isa}{", AVX512_BF16" if peak.has_bf16 else ""}), {peak.cores} cores'
+          f'{", " + software if software else ""}; load average {results.load[0]:.2f} at the start, '
+          f'{results.load[1]:.2f} at the end{" (NOISY: see the noise warning)" if is_noisy(results) else ""}')
+
+
+def format_markdown(results: Results, command: str) -> str:
+  """README's table: every row with its median, range, ratios and MFU, the machine, and the command."""
+  cfg, peak = results.cfg, results.peak
+  lines = [f'Training, ResNet-{cfg.resnet_depth} at {cfg.image_size} px, batch {cfg.batch_size}, synthetic batches '
+           f'unless noted. img/s: median of {cfg.repeats} timed windows of {cfg.steps} steps (after '
+           f'{cfg.warmup_steps} warm-up steps); range: slowest-fastest window. Ratios are of medians, in brackets '
+           'from the slowest/fastest to the fastest/slowest window pair.',
+           '',
+           f'| row | precision | img/s | range | vs Keras `{cfg.application or "-"}` fit | '
+           'vs reference (what differs) | MFU (fp32 peak) |',
+           '|---|---|---|---|---|---|---|']
+  for row in results.rows:
+    name = row.name
+    if row.kind in ('keras', 'keras_xla'):
+      name = name.replace(f'Keras {cfg.application} fit', f'Keras `{cfg.application}` fit')
+    mfu = row_gflops(results, row) / peak.fp32_gflops
+    lines.append(f'| {name} | {row.precision} | {_num(row.images_per_sec, "{:.1f}")} | {row.spread} | '
+                 f'{format_ratio(results.vs_keras(row))} | {format_ratio(results.vs_reference(row), True)} | '
+                 f'{_pct(mfu)} |')
+  lines += ['', f'Machine: {machine_line(results)}. Peak: {peak.fp32_gflops:.0f} GFLOP/s fp32 ({peak.cores} cores x '
+            f'{peak.clock_ghz:.2f} GHz, {peak.clock_source}, x {peak.fp32_flops_per_cycle} FLOP/cycle).',
+            f'Command: `{command}`']
+  return '\n'.join(lines)
+
+
+def format_report(results: Results) -> str:
+  cfg, peak = results.cfg, results.peak
+  parts = [
+      f'Training benchmark: ResNet-{cfg.resnet_depth}, {cfg.image_size}x{cfg.image_size}, batch {cfg.batch_size}, '
+      f'{cfg.repeats} timed window(s) of {cfg.steps} steps per row after {cfg.warmup_steps} warm-up steps, '
+      f'{peak.cores} CPU cores',
+      '',
+      format_table(HEADER, table_rows(results)),
+      '',
+      'How to read it:',
+      f'- img/s = the median of the {cfg.repeats} timed windows; min-max = the slowest and fastest window. A ratio '
+      'is median over median, in brackets the row\'s slowest window over the baseline\'s fastest up to its fastest '
+      'over the baseline\'s slowest: a bracket that excludes 1.00 is a difference larger than the noise.',
+      f'- vs keras apps = against keras.applications {cfg.application or "(none)"} (weights=None) with compile/fit: '
+      'SGD momentum 0.9, sparse CE, jit_compile=False, steps_per_execution=1, on the same synthetic batch (float32).',
+      '- vs reference: each row against the row it differs from in one thing. model: Keras fit on our model vs on '
+      'keras.applications; runner: our Estimator vs Keras fit on the same model; XLA: jit_compile=True vs not; '
+      'determinism: random_seed (deterministic ops) vs not; input: JPEG records vs synthetic batches.',
+      f'- ours = Estimator + resnet_model_fn (one_device CPU, compiled loop of {cfg.steps} steps, ImageNetInput). '
+      'It does a little more per step than the Keras fit on our model: weight decay, Nesterov momentum, the '
+      'learning-rate schedule and a label check.',
+      '- Keras applications are ResNet v1 (stride in the first 1x1 conv): ~6% fewer FLOPs than our v1.5 at 224, '
+      'not credited in the ratio.',
+      f'- FLOPs: forward = 2 x multiply-adds of convs + dense (resnet_model.count_flops; BN, ReLU, pooling, adds '
+      f'not counted); training = 3 x forward = {results.train_gflop_per_image:.2f} GFLOP/image. '
+      'GFLOP/s and % of peak are shown for rows running our model only.',
+      f'- Peak: {peak.describe()}',
+  ]
+  if results.gemm:
+    gemm = ', '.join(f'{p} {g:.0f} GFLOP/s = {g / (peak.bf16_gflops if p == "bfloat16" else peak.fp32_gflops):.0%}'
+                     f' of the {"bf16" if p == "bfloat16" else "fp32"} peak' for p, g in results.gemm.items())
+    parts.append(f'- Measured 2048^3 matmul (oneDNN, best of the start and end of the run): {gemm}. It is the '
+                 'practical ceiling for dense kernels here; a VM\'s vCPUs may also share physical cores.')
+    fp32_gemm = results.gemm.get('float32')
+    if fp32_gemm and peak.isa == 'AVX-512' and peak.fp32_flops_per_cycle == 64:
+      one_pipe = fp32_gemm / (peak.cores * 32)
+      parts.append(f'- With one 512-bit FMA pipe per core, the fp32 matmul would need >= {one_pipe:.1f} GHz'
+                   f'{": so 2 pipes per core is right" if one_pipe > 5.0 else ""}.')
+  others = [r.cpu_others for r in results.rows if math.isfinite(r.cpu_others)]
+  load = f'load average {results.load[0]:.1f} at start, {results.load[1]:.1f} at end'
+  parts.append('- cpu us / others = share of the cores used by this process / by everything else (other '
+               'processes, hypervisor steal; from /proc/stat) during the timed windows (worst window for others). '
+               'cpu-norm img/s = images per second of this process\'s CPU time x cores: an estimate of the row '
+               'with the cores to itself (quiet rows use ~96% of them), robust to other processes within ~5-10%.')
+  if is_noisy(results):
+    parts.append(f'- NOISE WARNING: other processes took up to {max(others):.0%} of the {peak.cores} cores ({load}); '
+                 'rows measured then are low and ratios uncertain. Re-run on a quiet machine, or with more '
+                 '--repeats.')
+  else:
+    parts.append(f'- The machine was quiet during the timed windows ({load}).')
+  if cfg.repeats < 3:
+    parts.append(f'- Only {cfg.repeats} window(s) per row: the ranges say little; use --repeats=3 or more.')
+  parts.append('- warm-up s = wall time of the untimed first steps (tracing, XLA compilation, graph optimisation, '
+               'oneDNN primitive creation); ours also builds the model.')
+  if any(r.kind == 'ours_det' for r in results.rows):
+    where = 'a child process' if cfg.determinism_mode == 'subprocess' else 'this process, after every other row'
+    parts.append(f'- The determinism row ran in {where}: deterministic ops, once on, stay on for the process.')
+  apps = next((r.parameters for r in results.rows if r.kind in ('keras', 'keras_xla') and r.parameters), 0)
+  ours = next((r.parameters for r in results.rows if r.kind in OUR_MODEL_KINDS and r.parameters), 0)
+  if apps or ours:
+    sizes = ([f'keras.applications {cfg.application} {apps / 1e6:.2f}M'] if apps else []) + \
+        ([f'our ResNet-{cfg.resnet_depth} {ours / 1e6:.2f}M'] if ours else [])
+    parts.append(f'- Parameters (trainable and not): {", ".join(sizes)}.')
+  if results.data_note:
+    parts.append(f'- Real data: {results.data_note}; optimized ImageNetInput pipeline (decode_and_crop + resize in '
+                 'tf.data) on the same cores as training.')
+  if results.profile is not None:
+    parts.append(f'- Offline profile of the real-data run (resnet/estimator/profiler_hook + profile_analysis, '
+                 f'{results.profile.num_steps} steps): {results.profile.input_percent:.1f}% of step time waiting '
+                 f'on input; {results.profile.verdict}.')
+  parts += [f'- {note}' for note in results.notes]
+  parts += ['', 'Targets:'] + target_lines(results)
+  return '\n'.join(parts)
