@@ -215,6 +215,7 @@ class ParamsDict(collections.abc.Mapping):
     self.__setattr__(key, value)
 
   def __delattr__(self, name: str) -> None:
+    name = self._aliases.get(name, name)
     if self._locked:
       raise ValueError(f'Params are locked; cannot delete {name!r}.')
     if name not in self._params:
@@ -225,7 +226,7 @@ class ParamsDict(collections.abc.Mapping):
     self.__delattr__(key)
 
   def __contains__(self, key: object) -> bool:
-    return key in self._params
+    return self._aliases.get(key, key) in self._params if isinstance(key, str) else False
 
   def __iter__(self) -> Iterator[str]:
     return iter(list(self._params))
@@ -237,8 +238,8 @@ class ParamsDict(collections.abc.Mapping):
     return sorted(set(super().__dir__()) | set(self._params))
 
   def get(self, key: str, default: Any = None) -> Any:
-    """Returns the value of ``key``, or ``default`` when the key does not exist."""
-    return self._params.get(key, default)
+    """Returns the value of ``key`` (or of the key it is an alias of), or ``default`` when it does not exist."""
+    return self._params.get(self._aliases.get(key, key), default)
 
   def as_dict(self) -> Dict[str, Any]:
     """A deep copy as a plain dict, safe to mutate, pickle or dump."""
@@ -292,6 +293,8 @@ class ParamsDict(collections.abc.Mapping):
     for key, value in override_params.items():
       if not isinstance(key, str):
         raise KeyError(f'Param names must be strings; got {key!r}.')
+      if key in self._aliases and self._aliases[key] in override_params:
+        raise KeyError(f'{key!r} and {self._aliases[key]!r} name the same param: give one of them.')
       key = self._aliases.get(key, key)
       if key in _INTERNAL_ATTRS or hasattr(ParamsDict, key):
         raise KeyError(f'{key!r} is a reserved name (a ParamsDict method or internal).')

@@ -28,7 +28,6 @@ ARCHITECTURES: dict[int, BlockSpec] = {
     420: BlockSpec(*_BOTTLENECK, (4, 44, 87, 4)),
 }
 SUPPORTED_DEPTHS = tuple(sorted(ARCHITECTURES))
-RS_DEPTHS = (270, 350, 420)
 
 NORM_ACT_LAYERS = ('bn_relu', 'evonorm_b0', 'evonorm_s0')
 

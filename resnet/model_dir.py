@@ -28,7 +28,9 @@ class ModelDirMismatch(ValueError):
 def _read_saved(path: str) -> Optional[Dict[str, Any]]:
   if not tf.io.gfile.exists(path):
     return None
-  return params_dict.read_yaml_to_params_dict(path).as_dict()
+  saved = params_dict.read_yaml_to_params_dict(path).as_dict()
+  # A run recorded before a rename holds the reference's name (skip_host_call): compare it under ours.
+  return {resnet_config.ALIASES.get(key, key): value for key, value in saved.items()}
 
 
 def _differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> List[Tuple[str, Any, Any]]:

@@ -59,6 +59,19 @@ def test_a_resume_change_keeps_the_earlier_params_as_history(tmp_path):
   assert 'train_steps: 20' in open(os.path.join(model_dir, 'params.yaml')).read()
 
 
+def test_a_run_recorded_under_the_reference_names_resumes_without_a_change(tmp_path):
+  """params.yaml written before skip_host_call / tpu_profile_duration were renamed compares under the new names."""
+  model_dir = str(tmp_path)
+  model_dir_lib.check_and_record(_params(model_dir), record=True)
+  path = os.path.join(model_dir, 'params.yaml')
+  old = open(path).read().replace('skip_train_summaries:', 'skip_host_call:').replace('profile_duration_ms:',
+                                                                                      'tpu_profile_duration:')
+  assert 'skip_host_call: true' in old
+  open(path, 'w').write(old)
+  model_dir_lib.check_and_record(_params(model_dir), record=True)
+  assert not os.path.exists(os.path.join(model_dir, model_dir_lib.HISTORY_DIR))
+
+
 def test_a_model_change_without_checkpoints_is_allowed_and_kept(tmp_path):
   model_dir = str(tmp_path)
   model_dir_lib.check_and_record(_params(model_dir, resnet_depth=18), record=True)

@@ -547,3 +547,9 @@ def test_the_constructor_defaults_are_the_params_defaults():
              if signature.parameters[arg].default != resnet_config.RESNET_CFG[key]}
   # num_label_classes: the params leave it to the data (summary.json); the constructor defaults to ImageNet's.
   assert drifted == {'num_label_classes': (1000, None)}
+
+
+def test_tpuestimator_style_context_in_params_is_an_error_not_a_silent_full_read(data_dir):
+  context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2)
+  with pytest.raises(TypeError, match=r"params\['context'\] is not read"):
+    _eval_input(data_dir).input_fn({'batch_size': 2, 'context': context})

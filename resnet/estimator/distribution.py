@@ -22,6 +22,10 @@ _TPU_HELP = ('Check the TPU name or address (grpc://host:8470), its zone and pro
 TPU_CONNECT_TIMEOUT_S = 10.0
 
 
+class TPUUnreachableError(RuntimeError):
+  """The TPU named (or the local one asked for) cannot be reached."""
+
+
 def tf_config_workers() -> int:
   """Workers (chief included) that TF_CONFIG names; 0 when it is unset."""
   cluster = json.loads(os.environ.get('TF_CONFIG') or '{}').get('cluster', {})
@@ -92,8 +96,8 @@ def _check_grpc_reachable(address: str, timeout: float = TPU_CONNECT_TIMEOUT_S) 
       with socket.create_connection((host.strip('[]'), int(port)), timeout=timeout):
         pass
     except (OSError, ValueError) as e:
-      raise RuntimeError(f'Could not reach the TPU {address!r}: TCP connect to {entry} failed within '
-                         f'{timeout:g} s ({e}). {_TPU_HELP}') from e
+      raise TPUUnreachableError(f'Could not reach the TPU {address!r}: TCP connect to {entry} failed within '
+                                f'{timeout:g} s ({e}). {_TPU_HELP}') from e
 
 
 def tpu_cluster_resolver(tpu: Optional[str], zone: Optional[str] = None,
@@ -106,7 +110,7 @@ def tpu_cluster_resolver(tpu: Optional[str], zone: Optional[str] = None,
   try:
     return tf.distribute.cluster_resolver.TPUClusterResolver(tpu=address, zone=zone, project=project)
   except (ValueError, tf.errors.OpError, RuntimeError) as e:
-    raise RuntimeError(f'Could not reach the TPU {address or "(local)"!r}: {e}. {_TPU_HELP}') from e
+    raise TPUUnreachableError(f'Could not reach the TPU {address or "(local)"!r}: {e}. {_TPU_HELP}') from e
 
 
 def _tpu_strategy(tpu: Optional[str], zone: Optional[str], project: Optional[str]) -> tf.distribute.Strategy:
@@ -116,7 +120,7 @@ def _tpu_strategy(tpu: Optional[str], zone: Optional[str], project: Optional[str
       tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
   except (ValueError, tf.errors.OpError, RuntimeError) as e:
-    raise RuntimeError(f'Could not reach the TPU {tpu or "(local)"!r}: {e}. {_TPU_HELP}') from e
+    raise TPUUnreachableError(f'Could not reach the TPU {tpu or "(local)"!r}: {e}. {_TPU_HELP}') from e
   return tf.distribute.TPUStrategy(resolver)
 
 

@@ -28,7 +28,7 @@ from resnet.estimator.run_config import RunConfig
 from resnet.estimator.spec import ModeKeys, ObjectScope, RunContext, RunParams, ServingInput
 from resnet.estimator.stopping import StopControl
 
-InputFn = Callable[[Dict[str, Any]], tf.data.Dataset]
+InputFn = Callable[[RunParams], tf.data.Dataset]
 # How long a non-chief worker waits for the chief's checkpoint of the step both just trained.
 CHIEF_CHECKPOINT_WAIT_S = 600.0
 _BATCH_SIZE_NAMES = {ModeKeys.TRAIN: 'train_batch_size', ModeKeys.EVAL: 'eval_batch_size',

@@ -2,7 +2,7 @@
 import contextlib
 import os
 import time
-from typing import Any, Callable, ContextManager, Dict, Mapping, Optional
+from typing import Any, Callable, ContextManager, Mapping, Optional
 
 from absl import logging
 import tensorflow as tf
@@ -11,7 +11,7 @@ from resnet.estimator import files
 from resnet.estimator.spec import ModeKeys, ServingInput
 
 
-def serving_function(model_fn: Callable, serving: ServingInput, params: Dict[str, Any]) -> Callable:
+def serving_function(model_fn: Callable, serving: ServingInput, params: Mapping[str, Any]) -> Callable:
   def serve(**inputs):
     features = serving.features_fn(**inputs)
     return model_fn(features, None, ModeKeys.PREDICT, params).predictions
@@ -26,7 +26,7 @@ def _next_version_dir(export_dir_base: str) -> str:
 
 
 def export_saved_model(export_dir_base: str, objects: Mapping[str, Any], model_fn: Callable,
-                       serving_inputs: Mapping[str, ServingInput], params: Dict[str, Any],
+                       serving_inputs: Mapping[str, ServingInput], params: Mapping[str, Any],
                        assets_extra_fn: Optional[Callable[[str], None]] = None,
                        weights: Optional[Callable[[], ContextManager]] = None) -> str:
   """Saves ``objects`` (what prediction uses) with one signature per serving input; returns the version dir.

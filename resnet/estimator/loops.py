@@ -38,7 +38,7 @@ def split_element(element: Any) -> Tuple[Any, Any]:
 class ReplicaFunctions:
   """model_fn bound to a mode's params: the computation each replica runs (XLA-compiled if asked)."""
 
-  def __init__(self, model_fn: ModelFn, params_for: Callable[[str], Dict[str, Any]], jit_compile: bool,
+  def __init__(self, model_fn: ModelFn, params_for: Callable[[str], Mapping[str, Any]], jit_compile: bool,
                strategy: tf.distribute.Strategy):
     self._model_fn = model_fn
     self._params_for = params_for
