@@ -78,7 +78,11 @@ PARAMS: Tuple[Param, ...] = (
     # --- data ---
     P('data_dir', None, "Directory of train-*/validation-*/test-* TFRecords (local or gs://); unset or 'null' = "
       'synthetic data.', str),
-    P('image_size', 224, 'Train/eval crop size in pixels.', checks=('>= 32',), model=False),
+    P('image_size', 224, 'Training crop size in pixels (and eval\'s, unless eval_image_size is set).',
+      checks=('>= 32',), model=False),
+    P('eval_image_size', None, 'Eval, predict and export image size; unset = image_size. Larger than image_size '
+      'trains small and evaluates large (FixRes: train 176, eval 224); the model takes any size.', int,
+      checks=('>= 32',)),
     P('num_train_images', None, 'Training-set size (epochs, LR schedule); unset = from data_dir/summary.json, '
       'else ImageNet (1281167).', int, checks=('> 0',)),
     P('num_eval_images', None, 'Validation images to evaluate (the first N); unset = the whole split (from '
@@ -130,6 +134,16 @@ PARAMS: Tuple[Param, ...] = (
     P('weight_decay', 1e-4, 'L2 weight decay: wd * sum(w^2)/2 over non-normalisation variables.',
       checks=('>= 0',)),
     P('label_smoothing', 0.0, 'Label smoothing.', checks=('>= 0', '< 1')),
+    P('mixup_alpha', 0.0, 'Mixup: each training batch blended with itself reversed, by lambda ~ Beta(a, a) '
+      '(e.g. 0.2); 0 = off.', checks=('>= 0',)),
+    P('cutmix_alpha', 0.0, 'CutMix: a box of the reversed batch pasted in, area ~ Beta(a, a) (e.g. 1.0); 0 = off. '
+      'With mixup too, one of them per batch (mix_switch_prob).', checks=('>= 0',)),
+    P('mix_prob', 1.0, 'Mixup/CutMix: probability that a batch is mixed at all.', checks=('>= 0', '<= 1')),
+    P('mix_switch_prob', 0.5, 'With both mixup and CutMix on: probability of CutMix for a batch.',
+      checks=('>= 0', '<= 1')),
+    P('gradient_accumulation_steps', 1, 'Split each replica\'s batch into this many micro-batches, run one after '
+      'another, and apply their summed gradients once: train_batch_size stays the batch of one update, memory '
+      'is that of one micro-batch. Batch norm normalises each micro-batch.', checks=('>= 1',)),
     P('enable_lars', False, 'LARS optimizer with its warm-up + polynomial-decay schedule (batches of 8k and up).'),
     P('poly_rate', 0.0, 'LARS: peak learning rate; 0 = by batch size (10 below 16k, 25 below 32k, ...). The '
       'decay after the warm-up is always quadratic.', checks=('>= 0',)),
@@ -172,6 +186,8 @@ PARAMS: Tuple[Param, ...] = (
     P('allow_partial_warm_start', False, 'Warm start even when some backbone variables are missing from the '
       'checkpoint or differ in shape (they keep their initial values).'),
     P('export_dir', None, 'Export a SavedModel here after training.', str),
+    P('export_tflite', False, 'Also write model.tflite (float32, batch 1) into the export, checked against the '
+      'SavedModel.'),
     P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).'),
     P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list),
     P('model_name', 'resnet', 'Model name in the TF Serving warm-up requests.'),
@@ -322,6 +338,8 @@ def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
       params_dict.override_params_dict(params, source, is_strict=True)
   if fill_from_data:
     params.override(data_defaults(params.as_dict()), is_strict=True)
+  if params['eval_image_size'] is None:  # one place for "unset = image_size": every reader sees a number
+    params.override({'eval_image_size': params['image_size']}, is_strict=True)
   params.validate()
   return params.lock()
 

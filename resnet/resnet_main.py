@@ -84,7 +84,7 @@ def evaluate(estimator: Estimator, params: Params) -> None:
 
 def predict(estimator: Estimator, params: Params) -> str:
   if params.predict_input:
-    source = imagenet_input.ImageFilesInput(params.predict_input, image_size=params.image_size,
+    source = imagenet_input.ImageFilesInput(params.predict_input, image_size=params.eval_image_size,
                                             dtype=tf.as_dtype(params.precision))
   else:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
@@ -154,11 +154,20 @@ def export(estimator: Estimator, params: Params) -> Optional[str]:
 
     def assets(export_dir: str) -> None:
       serving_warmup.write_warmup_requests(export_dir, params.model_name, 'serving_default', 'input',
-                                           params.inference_batch_sizes, params.image_size)
+                                           params.inference_batch_sizes, params.eval_image_size)
   weights = resnet_model_fn.averaged_weights(estimator.scope) if params.export_moving_average else None
   path = estimator.export_saved_model(params.export_dir, resnet_model_fn.serving_inputs(params),
                                       assets_extra_fn=assets, weights=weights)
   print(f'Exported SavedModel: {path}')
+  if params.export_tflite:
+    from resnet import tflite_export  # pylint: disable=g-import-not-at-top
+
+    report = tflite_export.export_tflite(
+        path, estimator.scope.get(resnet_model_fn.MODEL),
+        lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}), params.eval_image_size,
+        params.precision, weights)
+    print(f'Exported TFLite: {report.path} ({report.bytes / 1e6:.1f} MB, {report.ops} ops; max |probability '
+          f'difference| vs the SavedModel {report.max_difference:.2g})')
   return path
 
 
@@ -257,8 +266,9 @@ def run(mode: str, params: Params) -> None:
     strategy = distribution.get_strategy(params.strategy, tpu=params.tpu, use_tpu=params.use_tpu,
                                          zone=params.tpu_zone, project=params.gcp_project,
                                          num_cores=params.num_cores)
-  except RuntimeError as e:  # a TPU that cannot be reached: name our flags
-    raise RuntimeError(f'{e} The flags: --tpu, --tpu_zone, --gcp_project; --use_tpu=false runs locally.') from e
+  except distribution.TPUUnreachableError as e:  # name our flags
+    raise distribution.TPUUnreachableError(
+        f'{e} The flags: --tpu, --tpu_zone, --gcp_project; --use_tpu=false runs locally.') from e
   estimator = make_estimator(params, strategy)
   if params.profiler_port:
     from resnet import profiling  # pylint: disable=g-import-not-at-top

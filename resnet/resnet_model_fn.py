@@ -10,7 +10,7 @@ Everything inside the replica step is TPU-clean: numeric dtypes only (no float64
 (The label range check is an Assert: XLA compiles it to nothing, so on TPUs the input pipeline's check is the one.)
 """
 import contextlib
-from typing import Any, Callable, ContextManager, Dict, Mapping, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -18,6 +18,7 @@ import tensorflow as tf
 from official_input import resnet_preprocessing
 from resnet import ema as ema_lib
 from resnet import lr_schedules
+from resnet import mixing
 from resnet import optimizers
 from resnet import resnet_model
 from resnet.estimator.spec import EstimatorSpec, ModeKeys, ObjectScope, RunParams, ServingInput
@@ -88,10 +89,13 @@ def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
                                   for v in resnet_model.weight_decay_variables(model)])
 
 
-def _per_example_loss(logits: tf.Tensor, labels: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
-  one_hot = tf.one_hot(tf.maximum(labels, 0), params['num_label_classes'], dtype=tf.float32)
-  return keras.losses.categorical_crossentropy(one_hot, logits, from_logits=True,
-                                               label_smoothing=params['label_smoothing'])
+def _per_example_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+  """Cross-entropy against (soft) targets [B, K]: label-smoothed one-hots, mixed by mixup/CutMix in training."""
+  return keras.losses.categorical_crossentropy(targets, logits, from_logits=True)
+
+
+def _targets(labels: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
+  return mixing.smoothed_one_hot(labels, params['num_label_classes'], params['label_smoothing'])
 
 
 def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
@@ -129,7 +133,7 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
   logits = model(images, training=False)
   weights = tf.cast(labels >= 0, tf.float32)  # padding of the last batch has label -1
   safe_labels = tf.maximum(labels, 0)
-  per_example = _per_example_loss(logits, labels, params)
+  per_example = _per_example_loss(logits, _targets(labels, params))
   top_1 = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), safe_labels), tf.float32)
   top_5 = tf.cast(tf.math.in_top_k(safe_labels, logits, min(5, params['num_label_classes'])), tf.float32)
   count = tf.reduce_sum(weights)
@@ -151,17 +155,32 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   labels = _check_labels(labels, params['num_label_classes'])
   lr = lr_schedules.learning_rate(step, params)
   optimizer.learning_rate.assign(lr)
+  targets = _targets(labels, params)
+  mix = mixing.MixConfig.from_params(params)
+  if mix.enabled:
+    images, targets = mixing.mix(images, targets, mix, mixing.mix_seed(step, params['random_seed']))
   global_batch = params['batch_size'] * replicas
-  with tf.GradientTape() as tape:
-    logits = model(images, training=True)
-    ce = tf.reduce_sum(_per_example_loss(logits, labels, params)) / global_batch  # this replica's share
-    # Each replica adds its share of the weight decay, so that the sum over replicas is exactly one term.
-    loss = ce + _weight_decay(model, params) / replicas
-    scaled = optimizer.scale_loss(loss) if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else loss
+
+  def scaled_loss(ce_sum: tf.Tensor, with_decay: bool) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(loss, loss as the optimizer differentiates it): this replica's share of the batch mean, plus its share
+    of the weight decay, so that the sum over replicas is exactly one term of each."""
+    loss = ce_sum / global_batch
+    if with_decay:
+      loss += _weight_decay(model, params) / replicas
+    return loss, optimizer.scale_loss(loss) if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else loss
+
   variables = model.trainable_variables
+  accumulate = params['gradient_accumulation_steps']
+  if accumulate > 1:
+    loss, gradients = _accumulated_gradients(model, variables, images, targets, accumulate, scaled_loss)
+  else:
+    with tf.GradientTape() as tape:
+      logits = model(images, training=True)
+      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(logits, targets)), with_decay=True)
+    gradients = tape.gradient(scaled, variables)
   # Summed here, before a loss-scale optimizer looks at them: every replica then judges the same gradients
   # finite or not, and applies or skips the step together.
-  gradients = optimizers.sum_over_replicas(tape.gradient(scaled, variables))
+  gradients = optimizers.sum_over_replicas(gradients)
   optimizer.apply_gradients(zip(gradients, variables))
   ema = moving_average(scope)
   if ema is not None:
@@ -170,9 +189,43 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   return EstimatorSpec(ModeKeys.TRAIN, loss=loss, scalars={'learning_rate': lr, 'current_epoch': epoch})
 
 
+def _accumulated_gradients(model: keras.Model, variables: List[tf.Variable], images: tf.Tensor, targets: tf.Tensor,
+                           steps: int, scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
+                           ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
+  """The replica's batch in ``steps`` micro-batches, one after another (a while loop: one micro-batch's activations
+  in memory at a time), their gradients summed, and the weight decay's added once: the same gradients as one
+  batch wherever batch norm cannot tell (it normalises each micro-batch)."""
+  batch = images.shape[0]
+  if batch is None or batch % steps:
+    raise ValueError(f'gradient_accumulation_steps={steps} must divide the per-replica batch ({batch}): '
+                     'train_batch_size must be a multiple of replicas x gradient_accumulation_steps.')
+  micro = batch // steps
+
+  def body(i, loss_sum, gradient_sums):
+    start = i * micro
+    x = tf.slice(images, [start, 0, 0, 0], [micro, -1, -1, -1])
+    y = tf.slice(targets, [start, 0], [micro, -1])
+    with tf.GradientTape() as tape:
+      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(model(x, training=True), y)), with_decay=False)
+    gradients = tape.gradient(scaled, variables)
+    return i + 1, loss_sum + loss, [_plus(s, g) for s, g in zip(gradient_sums, gradients)]
+
+  zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
+  _, loss, gradients = tf.while_loop(lambda i, *_: i < steps, body, (tf.constant(0), tf.constant(0.0), zeros))
+  with tf.GradientTape() as tape:
+    decay, scaled = scaled_loss(tf.constant(0.0), with_decay=True)
+  return loss + decay, [_plus(g, d) for g, d in zip(gradients, tape.gradient(scaled, variables))]
+
+
+def _plus(total: tf.Tensor, gradient: Optional[tf.Tensor]) -> tf.Tensor:
+  """A gradient added to a running sum; None (a variable the loss does not reach, e.g. decay on batch norm) adds
+  nothing."""
+  return total if gradient is None else total + tf.cast(gradient, total.dtype)
+
+
 def serving_inputs(params: Mapping[str, Any]) -> Dict[str, ServingInput]:
   """Export signatures: encoded JPEG/PNG bytes (``serving_default``) and float images (``serving_images``)."""
-  size = params['image_size']
+  size = params['eval_image_size']
   dtype = tf.as_dtype(params['precision'])
 
   def from_bytes(input):  # pylint: disable=redefined-builtin

@@ -11,7 +11,8 @@ from params.resnet_config import RESNET_CFG
 from resnet import resnet_flags as rf
 
 # What params_from_flags gives with no data_dir: the defaults, with the data-dependent counts set to ImageNet's.
-DEFAULTS = dict(RESNET_CFG, **resnet_config.IMAGENET_COUNTS)
+# The defaults as a run sees them: ImageNet's counts without data, eval at the training size unless set.
+DEFAULTS = dict(RESNET_CFG, **resnet_config.IMAGENET_COUNTS, eval_image_size=RESNET_CFG['image_size'])
 
 
 def _flags(*args: str) -> flags.FlagValues:
@@ -310,7 +311,8 @@ def test_the_five_configs_are_shipped():
 @pytest.mark.parametrize('path', CONFIGS, ids=os.path.basename)
 def test_config_passes_strict_override_and_validate(path):
   params = resnet_config.make_params(config_files=[path])
-  assert params == dict(DEFAULTS, **pd.read_yaml_to_params_dict(path))
+  config = pd.read_yaml_to_params_dict(path).as_dict()
+  assert params == {**DEFAULTS, 'eval_image_size': config.get('image_size', DEFAULTS['image_size']), **config}
   assert _params(f'--config_file={path}') == params
 
 
@@ -370,3 +372,21 @@ def test_the_reference_names_of_renamed_params_still_work_everywhere(tmp_path):
   assert 'skip_host_call' not in made.as_dict()  # params.yaml records our name only
   with pytest.raises(ValueError, match='profile_duration_ms must be > 0'):
     resnet_config.make_params({'tpu_profile_duration': 0}, fill_from_data=False)
+
+
+def test_aliases_answer_every_lookup_and_may_not_be_given_twice():
+  params = resnet_config.make_params({'skip_host_call': True}, fill_from_data=False)
+  assert 'skip_host_call' in params and params.get('skip_host_call') is True and params.skip_host_call is True
+  with pytest.raises(KeyError, match="'skip_host_call' and 'skip_train_summaries' name the same param"):
+    resnet_config.make_params({'skip_host_call': True, 'skip_train_summaries': False}, fill_from_data=False)
+
+
+def test_params_load_without_tensorflow():
+  """Flags and params come before TensorFlow (whose import takes seconds): the params table must not pull it in."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  code = ('import sys; from params import resnet_config; from resnet import resnet_flags; '
+          "resnet_config.make_params(fill_from_data=False); print('tensorflow' in sys.modules)")
+  out = subprocess.run([sys.executable, '-c', code], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       capture_output=True, text=True, timeout=120, check=True).stdout
+  assert out.strip() == 'False'

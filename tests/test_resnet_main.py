@@ -178,3 +178,24 @@ def test_dropblock_keep_prob_follows_its_schedule_during_training(tmp_path):
   runner.train(input_fn, max_steps=3)  # the step that reached global step 3 ran at t = 2
   kp = float(runner.scope.get('model').dropblock_keep_prob.numpy())
   assert kp == pytest.approx(1.0 - 2 / 4 * (1.0 - 0.6))
+
+
+def test_recipe_options_through_the_cli(records, tmp_path):
+  """Accumulation, mixup + CutMix, a larger eval size and the TFLite export in one train_and_eval run."""
+  model_dir = str(tmp_path / 'model')
+  proc = run_main('--mode=train_and_eval', f'--data_dir={records}', f'--model_dir={model_dir}', '--train_steps=4',
+                  '--steps_per_eval=4', '--num_eval_images=4', '--gradient_accumulation_steps=2',
+                  '--mixup_alpha=0.2', '--cutmix_alpha=1.0', '--eval_image_size=48', '--export_tflite=true',
+                  f'--export_dir={model_dir}/export', '--random_seed=1', *TINY, module=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  recorded = params_dict.read_yaml_to_params_dict(os.path.join(model_dir, 'params.yaml'))
+  assert (recorded.gradient_accumulation_steps, recorded.mixup_alpha, recorded.cutmix_alpha,
+          recorded.eval_image_size, recorded.image_size) == (2, 0.2, 1.0, 48, 32)
+  results = json.load(open(os.path.join(model_dir, 'eval_results.json')))
+  assert results['global_step'] == 4 and results['num_examples'] == 4  # 4 updates of 2 micro-batches each
+  (version,) = tf.io.gfile.listdir(os.path.join(model_dir, 'export'))
+  export = os.path.join(model_dir, 'export', version.rstrip('/'))
+  served = tf.saved_model.load(export).signatures['serving_images']
+  assert served.structured_input_signature[1]['images'].shape[1:3] == (48, 48)
+  assert os.path.getsize(os.path.join(export, 'model.tflite')) > 1e6
+  assert 'Exported TFLite' in proc.stdout and 'vs the SavedModel' in proc.stdout
