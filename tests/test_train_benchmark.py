@@ -171,9 +171,13 @@ def test_bad_configs_are_refused_with_the_fix():
   with pytest.raises(ValueError, match='steps'):
     suite.run_benchmark(rows_lib.BenchConfig(steps=1, gemm_check=False))
   with pytest.raises(ValueError, match=r"xla_precisions=\['bfloat16'\].*Add them to --precisions"):
-    rows_lib.validate(rows_lib.BenchConfig(precisions=('float32',), xla_precisions=('bfloat16',)))
+    rows_lib.validate(rows_lib.BenchConfig(precisions=('float32',), xla_precisions=('bfloat16',),
+                                           recipe_precisions=()))
   with pytest.raises(ValueError, match='determinism_precisions'):
-    rows_lib.validate(rows_lib.BenchConfig(precisions=('float32',), determinism_precisions=('bfloat16',)))
+    rows_lib.validate(rows_lib.BenchConfig(precisions=('float32',), determinism_precisions=('bfloat16',),
+                                           recipe_precisions=()))
+  with pytest.raises(ValueError, match=r"recipe_precisions=\['bfloat16'\].*Add them to --precisions"):
+    rows_lib.validate(rows_lib.BenchConfig(precisions=('float32',), determinism_precisions=()))
   with pytest.raises(ValueError, match='determinism_mode'):
     rows_lib.validate(rows_lib.BenchConfig(determinism_mode='thread'))
   with pytest.raises(ValueError, match='keras.applications has no'):
@@ -187,8 +191,8 @@ def test_a_process_already_deterministic_is_refused(monkeypatch):
 
 
 def _fake_benchmarks(monkeypatch, calls):
-  def ours(cfg, precision, data_dir=None, profile_dir=None, jit_compile=False, deterministic=False):
-    kind = 'ours_det' if deterministic else 'ours_xla' if jit_compile else 'ours'
+  def ours(cfg, precision, data_dir=None, profile_dir=None, jit_compile=False, deterministic=False, recipe=None):
+    kind = recipe or ('ours_det' if deterministic else 'ours_xla' if jit_compile else 'ours')
     calls.append((kind, precision, 'real' if data_dir else 'synthetic'))
     return _row(kind, precision, [5.0], 'real' if data_dir else 'synthetic'), None
 
@@ -217,9 +221,10 @@ def test_rows_run_in_order_with_determinism_last(monkeypatch):
                    ('ours', 'float32', 'synthetic'), ('ours_xla', 'float32', 'synthetic'),
                    ('keras', 'bfloat16', 'synthetic'), ('keras_ours', 'bfloat16', 'synthetic'),
                    ('ours', 'bfloat16', 'synthetic'), ('ours_xla', 'bfloat16', 'synthetic'),
+                   ('ours_mix', 'bfloat16', 'synthetic'), ('ours_accum', 'bfloat16', 'synthetic'),
                    ('ours_det child', 'bfloat16', 'synthetic')]
   calls.clear()
-  suite.run_benchmark(dataclasses.replace(cfg, precisions=('float32',), xla_precisions=(),
+  suite.run_benchmark(dataclasses.replace(cfg, precisions=('float32',), xla_precisions=(), recipe_precisions=(),
                                           determinism_precisions=('float32',), determinism_mode='in_process'))
   assert calls[-1] == ('ours_det', 'float32', 'synthetic') and len(calls) == 4
 
@@ -227,7 +232,7 @@ def test_rows_run_in_order_with_determinism_last(monkeypatch):
 def test_depth_without_keras_application_says_so(monkeypatch):
   calls = []
   _fake_benchmarks(monkeypatch, calls)
-  cfg = rows_lib.BenchConfig(resnet_depth=18, image_size=32, precisions=('float32',),
+  cfg = rows_lib.BenchConfig(resnet_depth=18, image_size=32, precisions=('float32',), recipe_precisions=(),
                              determinism_precisions=('float32',), real_data=False, gemm_check=False)
   results = suite.run_benchmark(cfg)
   text = report.format_report(results)
@@ -241,19 +246,19 @@ def test_tiny_run_measures_every_row_three_times(tmp_path):
   data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=16, num_validation=0)
   cfg = rows_lib.BenchConfig(resnet_depth=18, image_size=32, batch_size=4, steps=2, warmup_steps=2, repeats=3,
                              precisions=('float32',), xla_precisions=('float32',),
-                             determinism_precisions=('float32',), keras_application='MobileNet', data_dir=data_dir,
-                             gemm_check=False)
+                             determinism_precisions=('float32',), recipe_precisions=('float32',),
+                             keras_application='MobileNet', data_dir=data_dir, gemm_check=False)
   results = suite.run_benchmark(cfg)
   text = report.format_report(results)
   print(text)
   print(report.format_markdown(results, tb.command_line(['prog'])))
   assert [(r.kind, r.data) for r in results.rows] == [
       ('keras', 'synthetic'), ('keras_ours', 'synthetic'), ('ours', 'synthetic'), ('ours_xla', 'synthetic'),
-      ('ours', 'real'), ('ours_det', 'synthetic')]
+      ('ours_mix', 'synthetic'), ('ours_accum', 'synthetic'), ('ours', 'real'), ('ours_det', 'synthetic')]
   for row in results.rows:
     assert len(row.samples) == 3 and all(math.isfinite(s) and s > 0 for s in row.samples), row.name
     assert row.low <= row.images_per_sec <= row.high
-  keras_apps, fit_ours, ours, xla, real, det = results.rows
+  keras_apps, fit_ours, ours, xla, mix, accum, real, det = results.rows
   # The control trains our ResNet-18 (11.7M parameters with 1000 classes), not the keras.applications model (4.3M).
   assert 11e6 < fit_ours.parameters == ours.parameters < 12e6 and keras_apps.parameters < 5e6
   # Deterministic ops were on in the child process only.
@@ -261,7 +266,9 @@ def test_tiny_run_measures_every_row_three_times(tmp_path):
   assert results.vs_reference(fit_ours).baseline == keras_apps.name
   assert results.vs_reference(ours).baseline == fit_ours.name
   assert results.vs_reference(xla).baseline == ours.name and results.vs_reference(det).baseline == ours.name
+  assert results.vs_reference(mix).isolates == 'mixup/CutMix' and results.vs_reference(accum).baseline == ours.name
   assert results.vs_reference(real).baseline == ours.name and results.vs_reference(real).isolates == 'input'
   for name in ('Keras MobileNet fit', 'Keras fit on our ResNet-18', 'ours (Estimator)', 'jit_compile=True (XLA)',
-               'JPEG records', 'random_seed (deterministic ops)', 'Targets:', 'Peak:', 'child process'):
+               'JPEG records', 'random_seed (deterministic ops)', 'mixup 0.2 + CutMix 1.0',
+               'gradient_accumulation_steps=2', 'Targets:', 'Peak:', 'child process'):
     assert name in text

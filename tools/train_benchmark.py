@@ -83,9 +83,12 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                     flag_values=fv)
   flags.DEFINE_list('xla_precisions', ['float32'], 'Precisions with an Estimator jit_compile=True row (empty: '
                     'none); each must be in --precisions.', flag_values=fv)
-  flags.DEFINE_list('determinism_precisions', ['bfloat16'], 'Precisions with an Estimator random_seed '
-                    '(deterministic ops) row (empty: none); each must be in --precisions. Default: the default '
+  flags.DEFINE_list('determinism_precisions', ['bfloat16'], 'Precisions with a seeded, deterministic-ops '
+                    'row (empty: none); each must be in --precisions. Default: the default '
                     'training precision.', flag_values=fv)
+  flags.DEFINE_list('recipe_precisions', ['bfloat16'], 'Precisions with rows for mixup 0.2 + CutMix 1.0 and for '
+                    'gradient_accumulation_steps=2, each against ours (empty: none); each must be in --precisions.',
+                    flag_values=fv)
   flags.DEFINE_enum('determinism_mode', 'subprocess', DETERMINISM_MODES, 'Where the determinism rows run: a child '
                     'process, or this one after every other row (deterministic ops cannot be turned off).',
                     flag_values=fv)
@@ -115,7 +118,7 @@ def config_from_flags(fv: flags.FlagValues = flags.FLAGS) -> BenchConfig:
                                                'peak_clock_ghz', 'gemm_check')}
   if fv['quick'].value:
     values.update({k: v for k, v in QUICK.items() if not fv[k].present})
-  for name in ('precisions', 'xla_precisions', 'determinism_precisions'):
+  for name in ('precisions', 'xla_precisions', 'determinism_precisions', 'recipe_precisions'):
     values[name] = _precision_list(fv[name].value)
   return BenchConfig(**values)
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from absl import logging
 
 from tools.train_bench.machine import Mark, detect_peak
-from tools.train_bench.rows import KERAS_POLICIES, BenchConfig, Row, row_name
+from tools.train_bench.rows import KERAS_POLICIES, RECIPE_OVERRIDES, BenchConfig, Row, row_name
 
 
 def base_params(cfg: BenchConfig, precision: str, data_dir: Optional[str] = None,
@@ -30,11 +30,12 @@ def _release_memory() -> None:
 
 def bench_ours(cfg: BenchConfig, precision: str, data_dir: Optional[str] = None,
                profile_dir: Optional[str] = None, jit_compile: bool = False,
-               deterministic: bool = False) -> Tuple[Row, Optional[Any]]:
+               deterministic: bool = False, recipe: Optional[str] = None) -> Tuple[Row, Optional[Any]]:
   """Our Estimator + resnet_model_fn on synthetic (data_dir None) or TFRecord input; returns the row and a profile.
 
   ``jit_compile``: XLA on each replica step. ``deterministic``: seeds and turns on deterministic ops, as
   ``resnet_main --random_seed`` does, for the rest of this process (so the caller runs it last, or in a child).
+  ``recipe``: a RECIPE_OVERRIDES kind (mixup/CutMix, gradient accumulation) on top of ours.
   """
   from official_input import imagenet_input  # pylint: disable=g-import-not-at-top
   from resnet import determinism, resnet_model_fn  # pylint: disable=g-import-not-at-top,g-multiple-import
@@ -43,15 +44,16 @@ def bench_ours(cfg: BenchConfig, precision: str, data_dir: Optional[str] = None,
   from resnet.estimator.run_config import RunConfig  # pylint: disable=g-import-not-at-top
 
   data = 'synthetic' if data_dir is None else 'real'
-  kind = 'ours_det' if deterministic else 'ours_xla' if jit_compile else 'ours'
+  kind = recipe or ('ours_det' if deterministic else 'ours_xla' if jit_compile else 'ours')
   row = Row(name=row_name(cfg, kind, data), kind=kind, precision=precision, data=data)
-  model_dir = tempfile.mkdtemp(prefix='train-benchmark-')
   # The timer alone sets the loops: loop and checkpoint boundaries are pushed out of the way (one checkpoint, at the
-  # end).
-  params = base_params(cfg, precision, data_dir, model_dir=model_dir, eval_batch_size=cfg.batch_size,
-                       predict_batch_size=cfg.batch_size, iterations_per_loop=10 ** 9,
-                       save_checkpoints_steps=10 ** 9, keep_checkpoint_max=1, skip_train_summaries=False,
-                       jit_compile=jit_compile)
+  # end). Validated before the temporary model_dir exists, so a bad setting leaves nothing behind.
+  settings = dict(eval_batch_size=cfg.batch_size, predict_batch_size=cfg.batch_size, iterations_per_loop=10 ** 9,
+                  save_checkpoints_steps=10 ** 9, keep_checkpoint_max=1, skip_train_summaries=False,
+                  jit_compile=jit_compile, **RECIPE_OVERRIDES.get(kind, {}))
+  base_params(cfg, precision, data_dir, **settings)
+  model_dir = tempfile.mkdtemp(prefix='train-benchmark-')
+  params = base_params(cfg, precision, data_dir, model_dir=model_dir, **settings)
   cores = detect_peak().cores
   warmup = max(2, cfg.warmup_steps)  # a loop of >= 2 steps traces (and with XLA compiles) the timed loops' function
   total = warmup + cfg.steps * cfg.repeats

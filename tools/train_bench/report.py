@@ -160,7 +160,9 @@ def format_report(results: Results) -> str:
       'SGD momentum 0.9, sparse CE, jit_compile=False, steps_per_execution=1, on the same synthetic batch (float32).',
       '- vs reference: each row against the row it differs from in one thing. model: Keras fit on our model vs on '
       'keras.applications; runner: our Estimator vs Keras fit on the same model; XLA: jit_compile=True vs not; '
-      'determinism: random_seed (deterministic ops) vs not; input: JPEG records vs synthetic batches.',
+      'determinism: random_seed (deterministic ops) vs not; input: JPEG records vs synthetic batches; mixup/CutMix: '
+      'mixup_alpha=0.2 and cutmix_alpha=1.0 vs neither; accumulation: each update as 2 micro-batches of half the '
+      'batch vs one batch.',
       f'- ours = Estimator + resnet_model_fn (one_device CPU, compiled loop of {cfg.steps} steps, ImageNetInput). '
       'It does a little more per step than the Keras fit on our model: weight decay, Nesterov momentum, the '
       'learning-rate schedule and a label check.',

@@ -26,15 +26,20 @@ REFERENCES = {
     'ours': ('keras_ours', 'runner'),
     'ours_xla': ('ours', 'XLA'),
     'ours_det': ('ours', 'determinism'),
+    'ours_mix': ('ours', 'mixup/CutMix'),
+    'ours_accum': ('ours', 'accumulation'),
 }
-OUR_MODEL_KINDS = ('keras_ours', 'ours', 'ours_xla', 'ours_det')   # rows whose FLOPs count_flops gives
+OUR_MODEL_KINDS = ('keras_ours', 'ours', 'ours_xla', 'ours_det', 'ours_mix', 'ours_accum')  # count_flops gives
+# The params each recipe row adds to ours (same images per update: accumulation splits the batch in two).
+RECIPE_OVERRIDES = {'ours_mix': {'mixup_alpha': 0.2, 'cutmix_alpha': 1.0},
+                    'ours_accum': {'gradient_accumulation_steps': 2}}
 
 
 @dataclasses.dataclass
 class Row:
   """One measured configuration; ``samples`` are images/s of each timed window."""
   name: str
-  kind: str            # 'keras' | 'keras_xla' | 'keras_ours' | 'ours' | 'ours_xla' | 'ours_det'
+  kind: str            # 'keras' | 'keras_xla' | 'keras_ours' | 'ours' | 'ours_xla' | 'ours_det' | RECIPE_OVERRIDES
   precision: str
   data: str            # 'synthetic' | 'real'
   samples: List[float] = dataclasses.field(default_factory=list)
@@ -117,6 +122,7 @@ class BenchConfig:
   xla_precisions: Tuple[str, ...] = ('float32',)
   determinism_precisions: Tuple[str, ...] = ('bfloat16',)   # the default training precision
   determinism_mode: str = 'subprocess'
+  recipe_precisions: Tuple[str, ...] = ('bfloat16',)  # rows with mixup/CutMix and with gradient accumulation
   real_data: bool = True
   data_dir: Optional[str] = None
   profile: bool = False
@@ -149,6 +155,8 @@ def row_name(cfg: BenchConfig, kind: str, data: str = 'synthetic') -> str:
       'ours': 'ours (Estimator)',
       'ours_xla': 'ours, jit_compile=True (XLA)',
       'ours_det': 'ours, random_seed (deterministic ops)',
+      'ours_mix': 'ours, mixup 0.2 + CutMix 1.0',
+      'ours_accum': 'ours, gradient_accumulation_steps=2',
   }[kind]
 
 
@@ -159,7 +167,7 @@ def validate(cfg: BenchConfig) -> None:
   for p in cfg.precisions:
     if p not in PRECISIONS:
       raise ValueError(f'precision {p!r} is not one of {PRECISIONS}')
-  for name in ('xla_precisions', 'determinism_precisions'):
+  for name in ('xla_precisions', 'determinism_precisions', 'recipe_precisions'):
     extra = [p for p in getattr(cfg, name) if p not in cfg.precisions]
     if extra:
       raise ValueError(f'{name}={list(getattr(cfg, name))} includes {extra}, which --precisions={list(cfg.precisions)} '

@@ -11,7 +11,8 @@ from absl import logging
 from tools.train_bench import child
 from tools.train_bench import measure
 from tools.train_bench.machine import CpuPeak, detect_peak, measure_gemm_gflops, raise_clock_to_gemm
-from tools.train_bench.rows import KERAS_APPLICATIONS, TRAIN_FLOPS_MULTIPLIER, BenchConfig, Results, validate
+from tools.train_bench.rows import (KERAS_APPLICATIONS, RECIPE_OVERRIDES, TRAIN_FLOPS_MULTIPLIER, BenchConfig, Results,
+                                    row_name, validate)
 
 
 def real_data_precision(cfg: BenchConfig, peak: CpuPeak) -> str:
@@ -79,6 +80,10 @@ def run_benchmark(cfg: BenchConfig) -> Results:
       if precision in cfg.xla_precisions:
         logging.info('Measuring our Estimator with jit_compile=True, %s...', precision)
         results.rows.append(measure.bench_ours(cfg, precision, jit_compile=True)[0])
+      if precision in cfg.recipe_precisions:
+        for recipe in RECIPE_OVERRIDES:
+          logging.info('Measuring our Estimator, %s, %s...', row_name(cfg, recipe), precision)
+          results.rows.append(measure.bench_ours(cfg, precision, recipe=recipe)[0])
       if precision == real_precision:
         logging.info('Measuring our Estimator, %s, real data...', precision)
         row, results.profile = measure.bench_ours(cfg, precision, data_dir=data_dir, profile_dir=profile_dir)
