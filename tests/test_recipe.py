@@ -24,17 +24,20 @@ def _repeating_input(params):
                                                                             drop_remainder=True)
 
 
-def _weights_after_one_update(model_dir, accumulate, strategy=None, **overrides):
+def _one_update(model_dir, accumulate, strategy=None, **overrides):
+  """(trainable weights before, after) one update from seeded initial weights."""
   settings = dict(train_batch_size=8, gradient_accumulation_steps=accumulate, train_steps=1, lr_warmup_epochs=0.0,
                   num_train_images=64, weight_decay=1e-3, base_learning_rate=3.0)
   params = tiny.resnet_params(model_dir, **{**settings, **overrides})
   keras.utils.set_random_seed(7)  # the same initial weights for every call
   estimator = tiny.resnet_estimator(params, strategy)
-  estimator.train(_repeating_input, max_steps=1)
-  assert int(estimator.global_step.numpy()) == 1  # one update, whatever the number of micro-batches
+  estimator.build('train')
   model = estimator.scope.get(resnet_model_fn.MODEL)
   # Trainable weights: batch norm's moving averages take one step per micro-batch (as in other frameworks).
-  return [w.numpy().copy() for w in model.trainable_weights], model
+  before = [w.numpy().copy() for w in model.trainable_weights]
+  estimator.train(_repeating_input, max_steps=1)
+  assert int(estimator.global_step.numpy()) == 1  # one update, whatever the number of micro-batches
+  return before, [w.numpy().copy() for w in model.trainable_weights]
 
 
 def _two_replicas():
@@ -49,12 +52,12 @@ def _two_replicas():
 @pytest.mark.parametrize('replicas', [1, 2])
 def test_accumulated_micro_batches_make_the_same_update_as_one_batch(tmp_path, replicas):
   strategy = _two_replicas() if replicas == 2 else None
-  whole, model = _weights_after_one_update(tmp_path / 'k1', 1, strategy)
-  accumulated, _ = _weights_after_one_update(tmp_path / 'k2', 2 if replicas == 2 else 4, strategy)  # micro: 2
-  before, _ = _weights_after_one_update(tmp_path / 'k0', 1, strategy, base_learning_rate=0.0, weight_decay=0.0)
+  before, whole = _one_update(tmp_path / 'k1', 1, strategy)
+  same_start, accumulated = _one_update(tmp_path / 'k2', 2 if replicas == 2 else 4, strategy)  # micro-batch: 2
+  for a, b in zip(before, same_start):
+    np.testing.assert_array_equal(a, b)
   updates = [(w - b, a - b) for w, a, b in zip(whole, accumulated, before)]
-  moved = [u for u, _ in updates if np.abs(u).max() > 1e-6]
-  assert len(moved) > len(model.trainable_weights) // 2  # the update is not trivially zero
+  assert sum(np.abs(u).max() > 1e-6 for u, _ in updates) > len(updates) // 2  # the update is not trivially zero
   for update, accumulated_update in updates:
     # The same update up to float32 summation order (a wrong scale, a decay applied per micro-batch or a lost
     # micro-batch would be off by tens of percent).
@@ -64,13 +67,13 @@ def test_accumulated_micro_batches_make_the_same_update_as_one_batch(tmp_path, r
 
 def test_accumulation_that_does_not_divide_the_batch_names_the_fix(tmp_path):
   with pytest.raises(ValueError, match='must divide the per-replica batch'):
-    _weights_after_one_update(tmp_path, 3)
+    _one_update(tmp_path, 3)
 
 
 def test_mixup_and_cutmix_change_the_update_and_stay_seeded(tmp_path):
-  plain, _ = _weights_after_one_update(tmp_path / 'plain', 1, random_seed=5)
-  mixed, _ = _weights_after_one_update(tmp_path / 'mixed', 1, random_seed=5, mixup_alpha=0.4, cutmix_alpha=1.0)
-  again, _ = _weights_after_one_update(tmp_path / 'again', 1, random_seed=5, mixup_alpha=0.4, cutmix_alpha=1.0)
+  _, plain = _one_update(tmp_path / 'plain', 1, random_seed=5)
+  _, mixed = _one_update(tmp_path / 'mixed', 1, random_seed=5, mixup_alpha=0.4, cutmix_alpha=1.0)
+  _, again = _one_update(tmp_path / 'again', 1, random_seed=5, mixup_alpha=0.4, cutmix_alpha=1.0)
   assert any(not np.allclose(a, b) for a, b in zip(plain, mixed))
   for a, b in zip(mixed, again):  # the same mix (stateless draws); CPU kernels may differ in the last bit
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
@@ -87,14 +90,15 @@ def test_eval_image_size_sets_eval_input_and_export_but_not_training(tmp_path):
   assert serving['serving_images'].input_signature['images'].shape[1:3] == (48, 48)
 
 
-def test_tflite_equals_the_saved_model_within_1e_4(tmp_path):
+def test_tflite_equals_the_saved_model_within_1e_4_and_a_mismatch_is_an_error(tmp_path):
   params = tiny.resnet_params(tmp_path / 'model', image_size=SIZE, num_label_classes=3)
   keras.utils.set_random_seed(3)
   estimator = tiny.resnet_estimator(params)
   estimator.train(_repeating_input, max_steps=1)
   model = estimator.scope.get(resnet_model_fn.MODEL)
   export = estimator.export_saved_model(str(tmp_path / 'export'), resnet_model_fn.serving_inputs(params))
-  report = tflite_export.export_tflite(export, model, lambda: resnet_model_fn.build_model(params), SIZE, 'float32')
+  build = lambda: resnet_model_fn.build_model(params)  # pylint: disable=unnecessary-lambda-assignment
+  report = tflite_export.export_tflite(export, model, build, SIZE, 'float32')
   assert report.path == os.path.join(export, 'model.tflite') and os.path.getsize(report.path) == report.bytes
   assert report.ops > 20 and report.max_difference <= 1e-4
   images = tflite_export.parity_images(SIZE, 3, seed=9)
@@ -103,14 +107,7 @@ def test_tflite_equals_the_saved_model_within_1e_4(tmp_path):
   np.testing.assert_allclose(lite, served['probabilities'].numpy(), atol=1e-4)
   assert lite.shape == (3, 3) and np.allclose(lite.sum(axis=1), 1.0, atol=1e-5)
 
-
-def test_a_tflite_that_differs_from_the_saved_model_is_an_error(tmp_path):
-  params = tiny.resnet_params(tmp_path / 'model', image_size=SIZE, num_label_classes=3)
-  estimator = tiny.resnet_estimator(params)
-  estimator.train(_repeating_input, max_steps=1)
-  model = estimator.scope.get(resnet_model_fn.MODEL)
-  export = estimator.export_saved_model(str(tmp_path / 'export'), resnet_model_fn.serving_inputs(params))
   head = model.get_layer('dense')
   head.kernel.assign(head.kernel * 3.0)  # weights changed after the export: the .tflite no longer matches it
   with pytest.raises(RuntimeError, match='differs from the SavedModel'):
-    tflite_export.export_tflite(export, model, lambda: resnet_model_fn.build_model(params), SIZE, 'float32')
+    tflite_export.export_tflite(export, model, build, SIZE, 'float32')
