@@ -224,8 +224,6 @@ def to_outputs(batch: Dict[str, tf.Tensor], include_filename: bool) -> Tuple[Any
   return batch['image'], batch['label']
 
 
-
-
 def build_batches(records: tf.data.Dataset, cfg: DecodeConfig, stats: InputAccounting, include_filename: bool,
                   context: Optional[tf.distribute.InputContext], execution: parallelism.Execution,
                   num_parallel_calls: int = -1) -> tf.data.Dataset:

@@ -27,7 +27,8 @@ def _replica_values(strategy, variable):
   return [np.asarray(v) for v in strategy.experimental_local_results(variable.value)]
 
 
-def test_one_replica_overflowing_skips_the_step_on_every_replica(tmp_path):
+@pytest.mark.parametrize('accumulate', [1, 2])  # 2: each replica's micro-batches summed, then over replicas
+def test_one_replica_overflowing_skips_the_step_on_every_replica(tmp_path, accumulate):
   devices = tf.config.list_logical_devices('CPU')
   if len(devices) < 2:
     pytest.skip('needs two logical CPU devices (set up in conftest before TF initialises)')
@@ -35,7 +36,8 @@ def test_one_replica_overflowing_skips_the_step_on_every_replica(tmp_path):
   # test's strategy in this process would clash with this one's.
   strategy = tf.distribute.MirroredStrategy([d.name for d in devices[:2]],
                                             cross_device_ops=tf.distribute.ReductionToOneDevice())
-  params = tiny.resnet_params(str(tmp_path / 'run'), precision='float16', train_batch_size=4, train_steps=1)
+  params = tiny.resnet_params(str(tmp_path / 'run'), precision='float16', train_batch_size=4, train_steps=1,
+                              gradient_accumulation_steps=accumulate)
   estimator = tiny.resnet_estimator(params, strategy)
   estimator.build('train')
   model, optimizer = estimator.scope.get('model'), estimator.scope.get('optimizer')
