@@ -21,6 +21,8 @@ setup(
         # Pillow: the dataset converter re-encodes PNG/CMYK/grayscale/misnamed images to RGB JPEG in worker
         # processes that must not import TensorFlow (see README, "Dependencies").
         "pillow>=10",
+        # safetensors: reads torchvision/timm weights (--resnet_checkpoint) into numpy, without torch.
+        "safetensors>=0.4",
     ],
     extras_require={
         "test": ["pytest>=8"],

@@ -37,6 +37,8 @@ class DatasetInfo:
   num_eval_images: Optional[int] = None   # the validation split
   num_test_images: Optional[int] = None
   max_image_side: Optional[int] = None
+  # Training images per class, in class_names order; () when summary.json does not record them.
+  train_class_counts: Tuple[int, ...] = ()
   # Shard file name (e.g. 'train-00000-of-00004') -> ShardInfo; read-only.
   shards: Mapping[str, ShardInfo] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}),
                                                       hash=False)
@@ -144,7 +146,39 @@ def read_dataset_info(data_dir: Optional[str], labels_file: Optional[str] = None
       num_eval_images=_split_count(summary, 'validation', path),
       num_test_images=_split_count(summary, 'test', path),
       max_image_side=_optional_int(summary.get('max_image_side'), 'max_image_side', path),
+      train_class_counts=_class_counts(summary, 'train', names, path),
       shards=types.MappingProxyType(_parse_shards(summary.get('shards'), path)))
+
+
+def _class_counts(summary: Dict[str, Any], split: str, names: Optional[List[str]], path: str) -> Tuple[int, ...]:
+  """splits.<split>.per_class (class name -> images) in class-name order; () when not recorded."""
+  per_class = ((summary.get('splits') or {}).get(split) or {}).get('per_class')
+  if not isinstance(per_class, dict) or not names:
+    return ()
+  missing = [name for name in names if name not in per_class]
+  if missing:
+    raise ValueError(f'{path}: splits.{split}.per_class has no count for {", ".join(missing[:5])}: it comes from '
+                     'another conversion than labels.txt. Re-copy both from the same converter run.')
+  return tuple(_optional_int(per_class[name], f'splits.{split}.per_class', path) or 0 for name in names)
+
+
+def balanced_class_weights(info: DatasetInfo, num_label_classes: int) -> List[float]:
+  """One weight per model class, n_images / (n_classes x n_class) over the classes with training images (the
+  'balanced' rule of scikit-learn and Keras users): every class then weighs as much in the loss. A class without
+  training images (a background class 0) gets 1. Raises ValueError when summary.json has no per-class counts."""
+  counts = list(info.train_class_counts)
+  if not counts:
+    raise ValueError(f"class_weights=balanced needs the per-class training counts of {info.summary_path} "
+                     "(splits.train.per_class), which it does not record: re-run `python -m tools.imagenet_to_gcs`, "
+                     'or give class_weights as a list, one weight per class.')
+  if has_background_class(num_label_classes, len(counts)):
+    counts = [0] + counts
+  if len(counts) != num_label_classes:
+    raise ValueError(f'class_weights=balanced: {info.summary_path} counts {len(counts)} classes but '
+                     f'num_label_classes={num_label_classes}.')
+  present = [c for c in counts if c > 0]
+  total = sum(present)
+  return [round(total / (len(present) * c), 6) if c > 0 else 1.0 for c in counts]
 
 
 def _data_value(info: DatasetInfo, key: str) -> Optional[int]:

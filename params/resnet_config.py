@@ -34,7 +34,8 @@ class Param:
   type: Optional[type] = None
   choices: Optional[Sequence[Any]] = None
   checks: Tuple[str, ...] = ()
-  model: bool = False     # defines the model's variables: must match the run already in model_dir
+  model: bool = False     # defines the model (its variables or their function): must match the run in model_dir
+  words: Tuple[str, ...] = ()  # strings accepted besides values of ``type`` (e.g. 'balanced' for a list)
 
   @property
   def value_type(self) -> type:
@@ -61,11 +62,25 @@ PARAMS: Tuple[Param, ...] = (
     P('resnetd_shortcut', False, 'ResNet-D: average-pool before the strided 1x1 projection shortcut.', model=True),
     P('use_resnetd_stem', False, 'ResNet-D stem: three 3x3 convolutions instead of one 7x7.', model=True),
     P('replace_stem_max_pool', False, 'A stride-2 3x3 convolution instead of the stem max pool.', model=True),
+    # The Variant: how pretrained weights of other frameworks compute. Unset = from --resnet_checkpoint's weights
+    # (or the run in model_dir), else the reference's v1.5 (variant_defaults).
+    P('stride_in_1x1', None, "A stage's stride on the first 1x1 conv of its bottleneck, not on the 3x3 (ResNet v1, "
+      "Keras applications' weights); unset = from the weights, else false.", bool, model=True),
+    P('stem_pool_padding', None, "Stem max pool: 'same' (the reference; pads the end of even sizes) or "
+      "'symmetric' (one pixel on every side: Keras, torchvision, timm); unset = from the weights, else 'same'.", str,
+      choices=architectures.STEM_POOL_PADDINGS, model=True),
+    P('input_normalization', None, "In-model normalisation of 0..255 RGB: 'imagenet' (mean/std, also torchvision's "
+      "and timm's) or 'caffe_bgr' (RGB->BGR minus the caffe means, Keras applications' ResNet); unset = from the "
+      "weights, else 'imagenet'.", str, choices=architectures.INPUT_NORMALIZATIONS, model=True),
+    P('projection_shortcut', None, "'every_group' (the reference: a projection in every group's first block) or "
+      "'shape_change' (only where shapes change: torchvision's ResNet-18/34 have none in group 1); unset = from "
+      "the weights, else 'every_group'.", str, choices=architectures.PROJECTION_SHORTCUTS, model=True),
     P('drop_connect_rate', None, 'Stochastic depth: drop rate of block group 4; group g (1..4) uses '
       'rate * (g + 1) / 5. Training only; unset = off.', float,
       checks=('>= 0', '< 1')),
     P('bn_momentum', 0.9, 'Batch-norm moving-average momentum.', checks=('>= 0', '< 1')),
-    P('bn_epsilon', 1e-5, 'Batch-norm epsilon.', checks=('> 0',)),
+    P('bn_epsilon', None, 'Batch-norm epsilon; unset = from --resnet_checkpoint\'s weights (Keras applications: '
+      '1.001e-5), else 1e-5.', float, checks=('> 0',), model=True),
     P('dropout_rate', None, 'Dropout before the classifier; unset or 0 = off.', float, checks=('>= 0', '< 1')),
     P('dropblock_groups', '', "Block groups (1..4) that use DropBlock, e.g. '3,4'; '' = off."),
     P('dropblock_keep_prob', None, 'Final DropBlock keep probability; required with dropblock_groups.', float,
@@ -134,6 +149,9 @@ PARAMS: Tuple[Param, ...] = (
     P('weight_decay', 1e-4, 'L2 weight decay: wd * sum(w^2)/2 over non-normalisation variables.',
       checks=('>= 0',)),
     P('label_smoothing', 0.0, 'Label smoothing.', checks=('>= 0', '< 1')),
+    P('class_weights', None, "Weight of each class in the training loss: 'balanced' (n_images / (n_classes x "
+      "n_class) from data_dir/summary.json's train counts) or a list, one per model class; unset = all 1. Eval "
+      'is unweighted.', list, words=('balanced',)),
     P('mixup_alpha', 0.0, 'Mixup: each training batch blended with itself reversed, by lambda ~ Beta(a, a) '
       '(e.g. 0.2); 0 = off.', checks=('>= 0',)),
     P('cutmix_alpha', 0.0, 'CutMix: a box of the reversed batch pasted in, area ~ Beta(a, a) (e.g. 1.0); 0 = off. '
@@ -175,6 +193,18 @@ PARAMS: Tuple[Param, ...] = (
     P('keep_checkpoint_max', 5, 'Checkpoints to keep.', checks=('> 0',)),
     P('skip_train_summaries', False, 'Turn off the per-loop TensorBoard training scalars (the reference\'s '
       'skip_host_call, still accepted).'),
+    P('per_class_max_classes', 4096, 'Eval: per-class precision/recall/F1 and a confusion matrix for up to this '
+      'many classes (a [C, C] sum per eval step); 0 = off.', checks=('>= 0',)),
+    P('max_misclassified_rows', 1000, 'Eval: list at most this many misclassified images (the most confident) '
+      'in model_dir/<eval>_misclassified.csv; 0 = no list.', checks=('>= 0',)),
+    P('best_metric', 'top_1_accuracy', 'Eval metric that picks model_dir/best/ (train_and_eval and continuous '
+      'eval), e.g. loss or macro_f1.'),
+    P('best_metric_goal', 'auto', "Whether best_metric is better 'max' or 'min'; auto = min for losses and "
+      'errors, max otherwise.', choices=('auto', 'max', 'min')),
+    P('keep_best_checkpoint', True, 'Keep a copy of the best checkpoint by best_metric in model_dir/best/ (never '
+      'deleted by keep_checkpoint_max).'),
+    P('early_stopping_evals', 0, 'train_and_eval: stop after this many evaluations in a row without improvement '
+      'of best_metric; 0 = off.', checks=('>= 0',)),
     P('eval_timeout', None, 'Eval mode: seconds to wait for a new checkpoint; unset = forever.', int,
       checks=('>= 0',)),
     P('eval_checkpoint', None, 'Eval mode: evaluate this one checkpoint (prefix or directory) once and exit.',
@@ -186,6 +216,7 @@ PARAMS: Tuple[Param, ...] = (
     P('allow_partial_warm_start', False, 'Warm start even when some backbone variables are missing from the '
       'checkpoint or differ in shape (they keep their initial values).'),
     P('export_dir', None, 'Export a SavedModel here after training.', str),
+    P('export_best', False, 'Export the best checkpoint (model_dir/best/) instead of the last one.'),
     P('export_tflite', False, 'Also write model.tflite (float32, batch 1) into the export, checked against the '
       'SavedModel.'),
     P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).'),
@@ -248,6 +279,9 @@ def _is_type(value: Any, kind: type) -> bool:
 def _value_problem(param: Param, value: Any) -> Optional[str]:
   """Why ``value`` is invalid for ``param`` (type, choices, checks), naming the key, the rule and the value."""
   kind = param.value_type.__name__
+  if param.words and isinstance(value, str):
+    return None if value in param.words else (f'{param.name} must be {kind} or one of {list(param.words)!r}, '
+                                               f'got {value!r}')
   if value is None:
     return None if param.default is None else f'{param.name} must be {kind}, got None (it cannot be unset)'
   if not _is_type(value, param.value_type):
@@ -288,10 +322,20 @@ def check_consistency(params: Any) -> None:
   norm_act = architectures.norm_act_problem(params['norm_act_layer'], params['pre_activation'])
   if norm_act:
     problems.append(norm_act)
+  variant = architectures.variant_problem(params['resnet_depth'], params['stride_in_1x1'])
+  if variant:
+    problems.append(variant)
   if params['export_moving_average'] and not params['moving_average_decay']:
     problems.append('export_moving_average=true needs moving_average_decay (e.g. 0.9999)')
   if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in params['inference_batch_sizes']):
     problems.append(f'inference_batch_sizes={params["inference_batch_sizes"]!r} must be positive integers')
+  weights = params['class_weights']
+  if isinstance(weights, list):
+    if not weights or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights):
+      problems.append(f'class_weights={weights!r} must be non-negative numbers, one per class (or balanced)')
+    elif params['num_label_classes'] is not None and len(weights) != params['num_label_classes']:
+      problems.append(f'class_weights lists {len(weights)} weights for num_label_classes='
+                      f'{params["num_label_classes"]}: give one per model class (or class_weights=balanced)')
   if params['transpose_input']:
     problems.append('transpose_input=true is the TPUEstimator infeed trick (batches sent as HWCN and transposed '
                     "back on the TPU); TF2's TPUStrategy feeds NHWC batches directly, where it would only add two "
@@ -338,6 +382,11 @@ def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
       params_dict.override_params_dict(params, source, is_strict=True)
   if fill_from_data:
     params.override(data_defaults(params.as_dict()), is_strict=True)
+    if params['class_weights'] == 'balanced':  # the word becomes its list (unset first: another type)
+      weights = balanced_class_weights(params.as_dict())
+      params.override({'class_weights': None}, is_strict=True)
+      params.override({'class_weights': weights}, is_strict=True)
+  params.override(variant_defaults(params.as_dict()), is_strict=True)
   if params['eval_image_size'] is None:  # one place for "unset = image_size": every reader sees a number
     params.override({'eval_image_size': params['image_size']}, is_strict=True)
   params.validate()
@@ -380,6 +429,40 @@ def resolve_config_file(name: str) -> str:
   raise ValueError(f'{name!r} is no file, nor a config in {CONFIG_DIR} (available there: {available}).')
 
 
+def balanced_class_weights(values: Mapping[str, Any]) -> list:
+  """class_weights=balanced resolved from data_dir/summary.json, logged per class; params.yaml records the list."""
+  from official_input import dataset_info  # pylint: disable=g-import-not-at-top; imports TensorFlow
+  info = dataset_info.read_dataset_info(values['data_dir'], values['labels_file'])
+  if info is None:
+    raise ValueError(f"class_weights=balanced takes the per-class training counts from data_dir/summary.json, and "
+                     f"data_dir={values['data_dir']!r} has none: give class_weights as a list, one weight per class.")
+  weights = dataset_info.balanced_class_weights(info, values['num_label_classes'])
+  names = dataset_info.model_class_names(os.path.join(info.data_dir, dataset_info.LABELS_FILE),
+                                         values['num_label_classes']) or [str(i) for i in range(len(weights))]
+  shown = ', '.join(f'{name}={w:.4g}' for name, w in list(zip(names, weights))[:20])
+  logging.info('class_weights=balanced, from the train counts in %s: %s%s', info.summary_path, shown,
+               ', ...' if len(weights) > 20 else '')
+  return weights
+
+
+SMALL_DATA_IMAGES = 100_000
+IMAGENET_CROP_AREA = [0.08, 1.0]
+
+
+def recipe_advice(values: Mapping[str, Any]) -> Optional[str]:
+  """A warning for training from scratch on small data with ImageNet's recipe (8%-area crops, a 90-epoch stepwise
+  schedule), which fits small data badly, naming the configs made for it; None otherwise."""
+  images = values['num_train_images']
+  if (values['data_dir'] in (None, '', 'null', 'None') or images is None or images >= SMALL_DATA_IMAGES
+      or values['resnet_checkpoint'] or values['lr_schedule'] != 'stepwise'
+      or list(values['crop_area_range']) != IMAGENET_CROP_AREA):
+    return None
+  return (f'The training set has {images} images, but this run trains from scratch with the ImageNet recipe '
+          f'(crop_area_range={IMAGENET_CROP_AREA}, the stepwise 90-epoch schedule), which does much worse on small '
+          'data. From scratch: --config_file=small_data (ResNet-18, milder crops, cosine schedule). From ImageNet '
+          'weights: --config_file=flowers_finetune --resnet_checkpoint=<weights>. See README, "Your own data".')
+
+
 def data_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
   """Values for the unset class and image counts: from data_dir/summary.json, else ImageNet's.
 
@@ -412,3 +495,86 @@ def data_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
         logging.warning('%s is unset and %s has no summary.json: using ImageNet\'s %d.', key, values['data_dir'],
                         value)
   return fills
+
+
+def variant_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
+  """Values for the unset Variant params (how the weights compute: ``architectures.VARIANT_PARAMS``).
+
+  From the first source that has them: model_dir's params.yaml when model_dir holds a checkpoint (a resumed,
+  evaluated or exported run keeps the function it was trained as); else --resnet_checkpoint (a foreign weights file
+  says how its framework computes; a checkpoint of this program, the params.yaml of its run); else the reference's
+  v1.5. A value set explicitly that contradicts the warm-start weights is an error naming both values, because the
+  weights would compute another function than the one they were trained as.
+  """
+  unset = [key for key in architectures.VARIANT_PARAMS if values[key] is None]
+  source, found = _resumed_variant(values['model_dir'])
+  if not found and values['resnet_checkpoint']:
+    source, found = _warm_start_variant(values['resnet_checkpoint'])
+    conflicts = [f'{key}={values[key]!r} is set, but {source} needs {key}={found[key]!r}' for key in found
+                 if values[key] is not None and found[key] != values[key]]
+    if conflicts:
+      raise ValueError('Params contradict the warm-start weights: ' + '; '.join(conflicts) + '. Leave these params '
+                       'unset (they are then taken from the weights), or warm-start from other weights.')
+  fills = {key: found.get(key, architectures.VARIANT_DEFAULTS[key]) for key in unset}
+  from_source = {key: value for key, value in fills.items() if key in found}
+  if from_source:
+    logging.info('From %s: %s', source, ', '.join(f'{k}={v!r}' for k, v in from_source.items()))
+  return fills
+
+
+def _run_variant(directory: str) -> Dict[str, Any]:
+  """The Variant params recorded in a run directory's params.yaml (none if it has none, or is unreachable)."""
+  path = os.path.join(directory, 'params.yaml')
+  with _unreachable_storage(path):
+    if '://' in path:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      exists = tf.io.gfile.exists(path)
+    else:
+      exists = os.path.isfile(path)
+    if exists:
+      recorded = params_dict.read_yaml_to_params_dict(path)
+      return {key: recorded[key] for key in architectures.VARIANT_PARAMS if recorded.get(key) is not None}
+  return {}
+
+
+def _resumed_variant(model_dir: Optional[str]) -> Tuple[str, Dict[str, Any]]:
+  if not model_dir:
+    return '', {}
+  recorded = _run_variant(model_dir)
+  if not recorded:
+    return '', {}
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if not tf.train.latest_checkpoint(model_dir):
+    return '', {}
+  return f'the run in {model_dir} (params.yaml)', recorded
+
+
+def _warm_start_variant(checkpoint: str) -> Tuple[str, Dict[str, Any]]:
+  """What --resnet_checkpoint computes: read from a foreign weights file, or recorded beside our checkpoint."""
+  from resnet import foreign_weights  # pylint: disable=g-import-not-at-top; reads weight files (h5py, safetensors)
+  header = directory = None
+  with _unreachable_storage(checkpoint):
+    header = foreign_weights.inspect(checkpoint)
+    if header is None:
+      directory = checkpoint if foreign_weights.is_directory(checkpoint) else os.path.dirname(checkpoint)
+  if header is not None:
+    logging.info('Warm-start weights: %s', header.describe())
+    return f'{checkpoint} ({header.title()})', header.variant
+  if not directory:
+    return '', {}
+  return f'the run of {checkpoint} ({os.path.join(directory, "params.yaml")})', _run_variant(directory)
+
+
+@contextlib.contextmanager
+def _unreachable_storage(path: str) -> Iterator[None]:
+  """Unreachable gs:// storage is a warning here: the Variant params keep their defaults, and the warm start (which
+  checks the weights against the model) or the model_dir check names the problem when they read."""
+  if '://' not in path:
+    yield
+    return
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    yield
+  except tf.errors.OpError as e:
+    logging.warning('Could not read %s (%s): stride_in_1x1, stem_pool_padding, ... are not read from it.', path,
+                    e.message.splitlines()[0])

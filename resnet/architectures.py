@@ -1,10 +1,12 @@
 """The ResNet family's facts that both the model and the params table need, in pure Python (no TensorFlow).
 
 Depths (block type and blocks per group, as the reference's ``model_params``), the normalisation-activation layers,
-and the rule between them and the pre-activation variant. ``resnet_model`` builds from these; ``params/
-resnet_config`` offers them as choices and checks the rule before anything is built.
+and the rule between them and the pre-activation variant; the ``Variant`` details in which other frameworks'
+pretrained ResNets differ from the reference's. ``resnet_model`` builds from these; ``params/resnet_config`` offers
+them as choices and checks the rules before anything is built.
 """
-from typing import NamedTuple, Optional
+import dataclasses
+from typing import Any, Dict, NamedTuple, Optional
 
 
 class BlockSpec(NamedTuple):
@@ -48,4 +50,40 @@ def norm_act_problem(norm_act_layer: str, pre_activation: bool) -> Optional[str]
   if norm_act_layer != 'bn_relu' and not pre_activation:
     return (f'norm_act_layer={norm_act_layer!r} needs the pre-activation ResNet (v2), as in the reference: set '
             "pre_activation=true, or use norm_act_layer='bn_relu'.")
+  return None
+
+
+STEM_POOL_PADDINGS = ('same', 'symmetric')
+INPUT_NORMALIZATIONS = ('imagenet', 'caffe_bgr')
+PROJECTION_SHORTCUTS = ('every_group', 'shape_change')
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """How a ResNet of the same depth and variables computes, where pretrained weights of other frameworks differ.
+
+  The defaults are the reference's v1.5; Keras applications (v1) and torchvision/timm set the others. Shapes do not
+  tell them apart, so they travel as params (resnet/foreign_weights.py reads them from the weights file) and the
+  built model carries them (``model.variant``) for the warm start to check. A conv bias before batch norm is no
+  field: it folds exactly into the moving mean (resnet/keras_weights.py).
+  """
+  bn_epsilon: float = 1e-5
+  stride_in_1x1: bool = False              # Keras v1: a stage's stride on the first 1x1 conv, not on the 3x3
+  stem_pool_padding: str = 'same'          # 'symmetric': one pixel on every side (Keras, torchvision, timm)
+  input_normalization: str = 'imagenet'    # 'caffe_bgr': RGB -> BGR minus the caffe means, unscaled (Keras)
+  projection_shortcut: str = 'every_group' # 'shape_change': identity where shapes allow (torchvision ResNet-18/34)
+
+  def params(self) -> Dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+VARIANT_DEFAULTS: Dict[str, Any] = Variant().params()
+VARIANT_PARAMS = tuple(VARIANT_DEFAULTS)
+
+
+def variant_problem(resnet_depth: int, stride_in_1x1: bool) -> Optional[str]:
+  """Why the variant cannot be built at this depth, or None: the 1x1 that could take the stride is bottleneck-only."""
+  if stride_in_1x1 and resnet_depth in ARCHITECTURES and ARCHITECTURES[resnet_depth].kind != 'bottleneck':
+    return (f'stride_in_1x1=true needs a bottleneck depth (50 and up); resnet_depth={resnet_depth} has basic '
+            'blocks (two 3x3 convs)')
   return None

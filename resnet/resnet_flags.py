@@ -23,7 +23,7 @@ from params import resnet_config
 from params.resnet_config import PARAMS, RESNET_CFG
 
 CONFIG_DIR = resnet_config.CONFIG_DIR  # where --config_file looks up bare names
-MODES = ('train', 'eval', 'train_and_eval', 'predict')
+MODES = ('train', 'eval', 'train_and_eval', 'predict', 'export')
 PARAMS_FLAG_NAMES: Tuple[str, ...] = tuple(RESNET_CFG)
 NON_PARAMS_FLAG_NAMES: Tuple[str, ...] = ('mode', 'config_file', 'params_override', 'param_overrides',
                                           'dump_params')
@@ -34,8 +34,12 @@ class _ListParser(flags.ArgumentParser):
 
   syntactic_help = 'a comma-separated list'
 
+  def __init__(self, words: Tuple[str, ...] = ()):
+    super().__init__()
+    self.words = words  # whole-flag words accepted as they are ('balanced')
+
   def parse(self, argument: Any) -> Any:
-    if isinstance(argument, list):
+    if isinstance(argument, list) or argument in self.words:
       return argument
     return [params_dict.parse_scalar(item.strip()) for item in str(argument).split(',') if item.strip()]
 
@@ -48,7 +52,7 @@ def _define_param_flag(param: resnet_config.Param, flag_values: flags.FlagValues
   help_text = f'{param.help}{allowed} [params default: {param.default!r}]'
   kind = param.value_type
   if kind is list:
-    flags.DEFINE(_ListParser(), param.name, None, help_text, flag_values=flag_values,
+    flags.DEFINE(_ListParser(param.words), param.name, None, help_text, flag_values=flag_values,
                  serializer=flags.CsvListSerializer(','))
     return
   definer = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float}.get(
@@ -61,7 +65,8 @@ def _define_other_flags(flag_values: flags.FlagValues) -> None:
   fv = flag_values
   definitions = [
       ('mode', lambda: flags.DEFINE_enum(
-          'mode', 'train_and_eval', list(MODES), 'What to run.', flag_values=fv)),
+          'mode', 'train_and_eval', list(MODES), 'What to run. export: model_dir\'s latest checkpoint, or in a new '
+          'model_dir the --resnet_checkpoint weights as they are, to --export_dir.', flag_values=fv)),
       ('config_file', lambda: flags.DEFINE_multi_string(
           'config_file', None, 'YAML params file applied on top of the defaults (strict). Repeat to apply several '
           'in order. A name that is not a file is looked up in params/configs/ (e.g. resnet50_gpu).',

@@ -9,6 +9,7 @@ locked) -> model_dir check and params.yaml -> determinism (with random_seed) -> 
 """
 import contextlib
 import csv
+import json
 import logging as py_logging
 import os
 import re
@@ -28,16 +29,20 @@ from typing import Any, List, Optional  # pylint: disable=g-import-not-at-top
 from absl import app
 from absl import flags
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 from official_input import dataset_info
 from official_input import imagenet_input
 from params import params_dict
+from params import resnet_config
+from resnet import class_metrics
 from resnet import determinism
 from resnet import model_dir as model_dir_lib
 from resnet import resnet_flags
 from resnet import resnet_model_fn
 from resnet import run_lock
+from resnet.estimator import best_checkpoint as best_checkpoint_lib
 from resnet.estimator import checkpoints as checkpoints_lib
 from resnet.estimator import distribution
 from resnet.estimator import files
@@ -56,6 +61,7 @@ Params = params_dict.ParamsDict
 def train(estimator: Estimator, params: Params) -> None:
   warm_start_if_new(estimator, params)
   source = input_source(params, 'train')
+  advise_on_recipe(params)
   estimator.train(source.input_fn, max_steps=params.train_steps, hooks=make_hooks(params, estimator, source))
   export(estimator, params)
 
@@ -63,21 +69,26 @@ def train(estimator: Estimator, params: Params) -> None:
 def train_and_eval(estimator: Estimator, params: Params) -> None:
   warm_start_if_new(estimator, params)
   source = input_source(params, 'train')
-  estimator.train_and_evaluate(source.input_fn, input_source(params, 'validation').input_fn,
+  advise_on_recipe(params)
+  best = best_checkpoint(estimator, params)
+  estimator.train_and_evaluate(source.input_fn, eval_source(params).input_fn,
                                max_steps=params.train_steps, steps_per_eval=params.steps_per_eval,
-                               hooks=make_hooks(params, estimator, source), eval_weights=eval_weights(estimator))
-  export(estimator, params)
+                               hooks=make_hooks(params, estimator, source), eval_weights=eval_weights(estimator),
+                               eval_hooks=eval_hooks(params), best=best,
+                               early_stopping_evals=params.early_stopping_evals)
+  export(estimator, params, best)
 
 
 def evaluate(estimator: Estimator, params: Params) -> None:
-  eval_input = input_source(params, 'validation').input_fn
+  eval_input = eval_source(params).input_fn
   if params.eval_checkpoint:  # one-shot
     estimator.evaluate(eval_input, checkpoint_path=checkpoints_lib.resolve(params.eval_checkpoint),
-                       weights=eval_weights(estimator))
+                       weights=eval_weights(estimator), hooks=eval_hooks(params))
     return
   try:
     estimator.evaluate_continuously(eval_input, timeout=params.eval_timeout, stop_at_step=params.train_steps,
-                                    weights=eval_weights(estimator))
+                                    weights=eval_weights(estimator), hooks=eval_hooks(params),
+                                    best=best_checkpoint(estimator, params))
   except NoCheckpointError as e:
     raise NoCheckpointError(f'{e} Raise --eval_timeout to wait longer, or set --eval_checkpoint.') from None
 
@@ -90,12 +101,68 @@ def predict(estimator: Estimator, params: Params) -> str:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
     source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True)
   output = params.predict_output or os.path.join(params.model_dir, 'predictions.csv')
-  rows = write_predictions(estimator.predict(source.input_fn), output, params)
+  labelled = LabelledPredictions(params)
+  rows = write_predictions(estimator.predict(source.input_fn), output, params, labelled)
   print(f'Wrote {rows} predictions to {output}')
+  report = labelled.write(output)
+  if report:
+    print(f'Labelled data: per-class report in {report}')
   return output
 
 
-MODES = {'train': train, 'train_and_eval': train_and_eval, 'eval': evaluate, 'predict': predict}
+class LabelledPredictions:
+  """Predict on labelled data (the test split): the same per-class report and misclassified list as eval, counted
+  on the host from the predictions written."""
+
+  def __init__(self, params: Params):
+    self.params = params
+    self.labels: List[int] = []
+    self.predicted: List[int] = []
+    self.misclassified = class_metrics.Misclassified(params.max_misclassified_rows)
+
+  def add(self, image: str, label: int, probabilities) -> None:
+    if label < 0:
+      return
+    guess = int(probabilities.argmax())
+    self.labels.append(label)
+    self.predicted.append(guess)
+    self.misclassified.add([image], [label], [guess], [float(probabilities[guess])])
+
+  def write(self, output: str) -> Optional[str]:
+    """<output stem>_report.json (+ _misclassified.csv); None when no prediction had a label."""
+    if not self.labels:
+      return None
+    names = read_class_names(self.params)
+    labels, predicted = np.array(self.labels), np.array(self.predicted)
+    matrix = class_metrics.count_matrix(labels, predicted, self.params.num_label_classes)
+    report = {'top_1_accuracy': float(np.mean(labels == predicted)), 'num_examples': len(labels),
+              **class_metrics.class_report(matrix, names, has_background(self.params))}
+    stem = os.path.splitext(output)[0]
+    if self.params.max_misclassified_rows:
+      self.misclassified.write(f'{stem}_misclassified.csv', names)
+      report['misclassified_examples'] = self.misclassified.count
+    path = f'{stem}_report.json'
+    files.atomic_write(path, json.dumps(report, indent=2, sort_keys=True))
+    logging.info('Predictions on labelled data: top_1_accuracy=%.4f, macro_f1=%.4f over %d images (%s).',
+                 report['top_1_accuracy'], report['macro_f1'], len(labels), path)
+    return path
+
+
+def export_only(estimator: Estimator, params: Params) -> Optional[str]:
+  """--mode=export: model_dir's latest checkpoint; in a new model_dir, the --resnet_checkpoint weights as they are
+  (a Keras/torchvision/timm file becomes a SavedModel without training). Those are saved first as model_dir's
+  step-0 checkpoint, so the export and any later eval or predict of model_dir read the same weights."""
+  if not estimator.latest_checkpoint():
+    if not params.resnet_checkpoint:
+      raise NoCheckpointError(f'--mode=export: {params.model_dir} holds no checkpoint to export. Point --model_dir '
+                              'at a trained run, or give --resnet_checkpoint to export those weights as they are.')
+    warm_start_if_new(estimator, params)
+    logging.info('Saved the warm-started weights as %s.', estimator.save())
+  return export(estimator, params, best_checkpoint(estimator, params) if params.export_best else None)
+
+
+MODES = {'train': train, 'train_and_eval': train_and_eval, 'eval': evaluate, 'predict': predict,
+         'export': export_only}
 
 
 # ------------------------------------------------------------------------------------------------ set-up
@@ -105,6 +172,36 @@ def make_estimator(params: Params, strategy: tf.distribute.Strategy) -> Estimato
 
 def input_source(params: Params, split: str) -> imagenet_input.ImageNetInput:
   return imagenet_input.ImageNetInput.from_params(params, split=split)
+
+
+def eval_source(params: Params) -> imagenet_input.ImageNetInput:
+  """The validation split, with file names when misclassified images are listed (they stay on the host)."""
+  return imagenet_input.ImageNetInput.from_params(params, split='validation',
+                                                  include_filename=params.max_misclassified_rows > 0)
+
+
+def eval_hooks(params: Params) -> List[Any]:
+  if not (resnet_model_fn.per_class_metrics(params) or params.max_misclassified_rows):
+    return []
+  from resnet import eval_report  # pylint: disable=g-import-not-at-top
+  return [eval_report.ClassificationReport(read_class_names(params), has_background(params),
+                                           params.max_misclassified_rows)]
+
+
+def best_checkpoint(estimator: Estimator, params: Params) -> Optional[best_checkpoint_lib.BestCheckpoint]:
+  """model_dir/best/ by best_metric, when kept (or needed: early stopping and export_best compare against it)."""
+  if not (params.keep_best_checkpoint or params.early_stopping_evals or params.export_best):
+    return None
+  return best_checkpoint_lib.BestCheckpoint(params.model_dir, params.best_metric, params.best_metric_goal,
+                                            writer=estimator.is_chief)
+
+
+def advise_on_recipe(params: Params) -> None:
+  """Once per run: small data trained with the ImageNet recipe (its crop and 90-epoch stepwise schedule) does
+  much worse than with the small-data or fine-tuning configs."""
+  advice = resnet_config.recipe_advice(params)
+  if advice:
+    logging.warning('%s', advice)
 
 
 def make_hooks(params: Params, estimator: Estimator,
@@ -145,9 +242,17 @@ def warm_start_if_new(estimator: Estimator, params: Params) -> None:
     ema.reset()  # the average starts from the warm-started weights
 
 
-def export(estimator: Estimator, params: Params) -> Optional[str]:
+def export(estimator: Estimator, params: Params,
+           best: Optional[best_checkpoint_lib.BestCheckpoint] = None) -> Optional[str]:
   if not params.export_dir or not estimator.is_chief:
     return None
+  checkpoint = None
+  if params.export_best:
+    checkpoint = best.checkpoint_path if best is not None else None
+    if checkpoint is None:
+      raise ValueError(f'export_best=true but {params.model_dir}/best/ holds no checkpoint: it is kept by '
+                       'train_and_eval (and continuous eval); use mode=train_and_eval, or export_best=false.')
+    logging.info('Exporting the best checkpoint %s (%s=%.4f).', checkpoint, best.metric, best.value)
   assets = None
   if params.add_warmup_requests:
     from resnet import serving_warmup  # pylint: disable=g-import-not-at-top
@@ -157,7 +262,7 @@ def export(estimator: Estimator, params: Params) -> Optional[str]:
                                            params.inference_batch_sizes, params.eval_image_size)
   weights = resnet_model_fn.averaged_weights(estimator.scope) if params.export_moving_average else None
   path = estimator.export_saved_model(params.export_dir, resnet_model_fn.serving_inputs(params),
-                                      assets_extra_fn=assets, weights=weights)
+                                      checkpoint_path=checkpoint, assets_extra_fn=assets, weights=weights)
   print(f'Exported SavedModel: {path}')
   if params.export_tflite:
     from resnet import tflite_export  # pylint: disable=g-import-not-at-top
@@ -172,12 +277,23 @@ def export(estimator: Estimator, params: Params) -> Optional[str]:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+def labels_path(params: Params) -> Optional[str]:
+  return params.labels_file or (os.path.join(params.data_dir, 'labels.txt') if params.data_dir else None)
+
+
 def read_class_names(params: Params) -> List[str]:
-  path = params.labels_file or (os.path.join(params.data_dir, 'labels.txt') if params.data_dir else None)
-  return dataset_info.model_class_names(path, params.num_label_classes)
+  return dataset_info.model_class_names(labels_path(params), params.num_label_classes)
 
 
-def write_predictions(predictions, output: str, params: Params) -> int:
+def has_background(params: Params) -> bool:
+  """Whether model class 0 is a background class: the input pipeline's rule (one class more than labels.txt
+  lists; without labels.txt, ImageNet's 1001)."""
+  data_names = dataset_info.model_class_names(labels_path(params), 0)  # 0: labels.txt as it is, no background
+  return dataset_info.has_background_class(params.num_label_classes, len(data_names) or None)
+
+
+def write_predictions(predictions, output: str, params: Params,
+                      labelled: Optional[LabelledPredictions] = None) -> int:
   """CSV: image, true label (if known), top-k class ids, names and probabilities. Written atomically."""
   names = read_class_names(params)
   k = min(params.predict_top_k, params.num_label_classes)
@@ -196,6 +312,8 @@ def write_predictions(predictions, output: str, params: Params) -> int:
         continue  # padding of the last batch
       probs = pred['probabilities']
       row = [filename or str(index), label if label >= 0 else '', _name(names, label)]
+      if labelled is not None:
+        labelled.add(row[0], label, probs)
       for c in probs.argsort()[::-1][:k]:
         row += [int(c), _name(names, int(c)), f'{float(probs[c]):.6f}']
       writer.writerow(row)
@@ -290,9 +408,13 @@ def main(argv: Any) -> None:
     raise app.UsageError('--model_dir is required (checkpoints, summaries and params.yaml go there).')
   logging.info('Effective params:\n%s', params_dict.params_to_yaml_string(params))
   mode = FLAGS.mode
+  if mode == 'export' and not params.export_dir:
+    sys.exit('error: --mode=export needs --export_dir (where the SavedModel goes).')
   try:
     distribution.configure_cluster(params.worker_hosts, params.task_index)
-    training = mode in ('train', 'train_and_eval')
+    # A new model_dir's export writes the warm-started weights as its first checkpoint: a run like training's.
+    training = mode in ('train', 'train_and_eval') or (mode == 'export'
+                                                       and not tf.train.latest_checkpoint(params.model_dir))
     # One training run per model_dir: its chief holds the lock (the other workers are the same run).
     lock = (run_lock.training_lock(params.model_dir) if training and distribution.is_chief_task()
             else contextlib.nullcontext())

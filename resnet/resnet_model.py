@@ -30,6 +30,12 @@ Why it looks the way it does:
   BN), stochastic depth draws float32 noise, and EvoNorm-B0's moving variance follows ``bn_momentum``/``bn_epsilon``
   (the reference fixes 0.9/1e-5, the defaults).
 
+- The ``Variant`` options (resnet/architectures.py; all off by default) compute as pretrained weights of other
+  frameworks were trained: the stride on a stage's first 1x1 (Keras' ResNet v1), a stem max pool over a one-pixel
+  border on every side (``BorderPadding``: Keras, torchvision, timm), caffe BGR input normalisation (Keras), no
+  group-1 projection where shapes allow (torchvision's ResNet-18/34); ``model.variant`` records them, with the BN
+  epsilon, for the warm start to check.
+
 Batch norm is ``FusedBatchNormalization``: Keras' BN semantics and variables computed by TF's fused kernel, because
 Keras 3's unfused BN was ~1/3 of a CPU training step.
 
@@ -45,10 +51,12 @@ import keras
 import tensorflow as tf
 
 from resnet.architectures import (  # pylint: disable=unused-import (the model's public names, as before)
-    ARCHITECTURES, NORM_ACT_LAYERS, SUPPORTED_DEPTHS, BlockSpec, architecture, norm_act_problem)
+    ARCHITECTURES, INPUT_NORMALIZATIONS, NORM_ACT_LAYERS, PROJECTION_SHORTCUTS, STEM_POOL_PADDINGS, SUPPORTED_DEPTHS,
+    BlockSpec, Variant, architecture, norm_act_problem, variant_problem)
 
 MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)  # Keras applications' 'caffe' preprocessing, in BGR order
 
 GROUP_FILTERS = (64, 128, 256, 512)
 GROUP_STRIDES = (1, 2, 2, 2)
@@ -94,16 +102,57 @@ def scheduled_dropblock_keep_prob(step, train_steps, final_keep_prob: float) -> 
 # Layers without TF1 variables.
 
 
+@keras.saving.register_keras_serializable(package='resnet')
 class NormalizeImages(keras.layers.Layer):
-  """(pixels - MEAN_RGB) / STDDEV_RGB on NHWC 0..255 input, in float32 (bf16 cannot hold 0..255 exactly enough)."""
+  """NHWC 0..255 RGB pixels -> what the first conv's weights were trained on, in float32 (bf16 cannot hold 0..255
+  exactly enough).
 
-  def __init__(self, **kwargs):
+  'imagenet': (pixels - MEAN_RGB) / STDDEV_RGB (the reference; torchvision and timm normalise the same way).
+  'caffe_bgr': RGB -> BGR, minus CAFFE_MEAN_BGR, unscaled: Keras applications' ResNet ``preprocess_input``. It is
+  part of the model, so the exported SavedModel takes the same 0..255 RGB images whatever the weights expect.
+  """
+
+  def __init__(self, mode: str = 'imagenet', **kwargs):
     kwargs['dtype'] = 'float32'
     super().__init__(**kwargs)
+    if mode not in INPUT_NORMALIZATIONS:
+      raise ValueError(f'input_normalization must be one of {list(INPUT_NORMALIZATIONS)}, got {mode!r}.')
+    self.mode = mode
 
   def call(self, images):
     images = tf.cast(images, tf.float32)
+    if self.mode == 'caffe_bgr':
+      return tf.reverse(images, axis=[-1]) - tf.constant(CAFFE_MEAN_BGR, tf.float32)
     return (images - tf.constant(MEAN_RGB, tf.float32)) / tf.constant(STDDEV_RGB, tf.float32)
+
+  def get_config(self):
+    return {**super().get_config(), 'mode': self.mode}
+
+
+@keras.saving.register_keras_serializable(package='resnet')
+class BorderPadding(keras.layers.Layer):
+  """Pads the spatial axes by one pixel on every side with -inf, for the symmetric stem max pool.
+
+  Keras applications, torchvision and timm pool the stem over a one-pixel border on both sides; the reference's
+  SAME pool pads only the end of an even-sized map, which shifts every pooling window by one pixel against their
+  weights. -inf never wins a max, and every 3x3 window holds real pixels (Keras pads zeros after a ReLU: the same).
+  """
+
+  def __init__(self, data_format: str, **kwargs):
+    super().__init__(**kwargs)
+    self.data_format = data_format
+
+  def call(self, x):
+    border = ([[0, 0], [1, 1], [1, 1], [0, 0]] if self.data_format == 'channels_last'
+              else [[0, 0], [0, 0], [1, 1], [1, 1]])
+    return tf.pad(x, border, constant_values=float('-inf'))
+
+  def compute_output_shape(self, input_shape):
+    axes = (1, 2) if self.data_format == 'channels_last' else (2, 3)
+    return tuple(d + 2 if i in axes and d is not None else d for i, d in enumerate(input_shape))
+
+  def get_config(self):
+    return {**super().get_config(), 'data_format': self.data_format}
 
 
 class DropBlock(keras.layers.Layer):
@@ -380,7 +429,8 @@ class _Builder:
 
   def __init__(self, data_format: str, bn_momentum: float, bn_epsilon: float, dtype_policy,
                dropblock_keep_prob_var, dropblock_groups: Sequence[int], dropblock_size: int,
-               norm_act_layer: str = 'bn_relu', se_ratio: float | None = None, resnetd_shortcut: bool = False):
+               norm_act_layer: str = 'bn_relu', se_ratio: float | None = None, resnetd_shortcut: bool = False,
+               stride_in_1x1: bool = False, projection_shortcut: str = 'every_group'):
     self.data_format = data_format
     self.channel_axis = -1 if data_format == 'channels_last' else 1
     self.bn_momentum = bn_momentum
@@ -392,6 +442,8 @@ class _Builder:
     self.norm_act_layer = norm_act_layer
     self.se_ratio = se_ratio
     self.resnetd_shortcut = resnetd_shortcut
+    self.stride_in_1x1 = stride_in_1x1
+    self.projection_shortcut = projection_shortcut
     self.num_convs = 0
     self.num_bns = 0
     self.num_evonorms = 0
@@ -440,6 +492,12 @@ class _Builder:
     if relu:
       x = keras.layers.ReLU(dtype=self.dtype, name=f'{name}_relu')(x)
     return x
+
+  def projects(self, x, channels: int, strides: int) -> bool:
+    """Whether a group's first block has a projection shortcut: always (the reference), or only where the identity
+    cannot carry the input ('shape_change': torchvision and timm, whose ResNet-18/34 group 1 has none)."""
+    return (self.projection_shortcut == 'every_group' or strides != 1
+            or x.shape[self.channel_axis] != channels)
 
   def projection(self, x, filters: int, strides: int, name: str):
     """1x1 projection shortcut; ResNet-D (strided blocks only): 2x2/2 average pool, then a stride-1 1x1 conv."""
@@ -515,9 +573,9 @@ def _bottleneck_block(b: _Builder, x, filters, strides, projection, group, name,
     if not pre_activation:
       shortcut = b.norm(shortcut, relu=False)
   shortcut = b.dropblock(shortcut, group, f'{name}_shortcut')
-  x = b.conv(x, filters, 1, 1)
+  x = b.conv(x, filters, 1, strides if b.stride_in_1x1 else 1)  # stride_in_1x1: ResNet v1 (Keras applications)
   x = b.dropblock(b.norm(x), group, f'{name}_conv1')
-  x = b.conv(x, filters, 3, strides)
+  x = b.conv(x, filters, 3, 1 if b.stride_in_1x1 else strides)
   x = b.dropblock(b.norm(x), group, f'{name}_conv2')
   x = b.conv(x, 4 * filters, 1, 1)
   if not pre_activation:
@@ -544,6 +602,17 @@ def check_norm_act_layer(norm_act_layer: str, pre_activation: bool) -> None:
   problem = norm_act_problem(norm_act_layer, pre_activation)
   if problem:
     raise ValueError(problem)
+
+
+def _check_variant(variant: Variant, resnet_depth: int) -> None:
+  for value, allowed, name in ((variant.stem_pool_padding, STEM_POOL_PADDINGS, 'stem_pool_padding'),
+                               (variant.input_normalization, INPUT_NORMALIZATIONS, 'input_normalization'),
+                               (variant.projection_shortcut, PROJECTION_SHORTCUTS, 'projection_shortcut')):
+    if value not in allowed:
+      raise ValueError(f'{name} must be one of {list(allowed)}, got {value!r}.')
+  problem = variant_problem(resnet_depth, variant.stride_in_1x1)
+  if problem:
+    raise ValueError(problem + '.')
 
 
 def check_se_ratio(se_ratio: float | None) -> float | None:
@@ -584,7 +653,11 @@ def resnet(resnet_depth: int,
            use_resnetd_stem: bool = False,
            replace_stem_max_pool: bool = False,
            drop_connect_rate: float | None = None,
-           norm_act_layer: str = 'bn_relu') -> keras.Model:
+           norm_act_layer: str = 'bn_relu',
+           stride_in_1x1: bool = False,
+           stem_pool_padding: str = 'same',
+           input_normalization: str = 'imagenet',
+           projection_shortcut: str = 'every_group') -> keras.Model:
   """Builds the ResNet: NHWC 0..255 images -> float32 logits [N, num_classes]; call with ``training=``.
 
   Args:
@@ -612,6 +685,8 @@ def resnet(resnet_depth: int,
     drop_connect_rate: stochastic depth on every residual branch, at ``drop_connect_rate_for_group`` (0.4x in
       group 1 up to 1x in group 4); training only; None or 0 = none.
     norm_act_layer: 'bn_relu', 'evonorm_b0' or 'evonorm_s0'; EvoNorm needs pre_activation=True.
+    stride_in_1x1, stem_pool_padding, input_normalization, projection_shortcut: the ``Variant`` of pretrained
+      weights from other frameworks (resnet/architectures.py); ``model.variant`` records them with bn_epsilon.
   """
   spec = architecture(resnet_depth)
   if data_format not in ('channels_last', 'channels_first'):
@@ -619,6 +694,9 @@ def resnet(resnet_depth: int,
   if num_classes <= 0:
     raise ValueError(f'num_classes must be positive, got {num_classes}.')
   check_norm_act_layer(norm_act_layer, pre_activation)
+  variant = Variant(float(bn_epsilon), bool(stride_in_1x1), stem_pool_padding, input_normalization,
+                    projection_shortcut)
+  _check_variant(variant, resnet_depth)
   se_ratio = check_se_ratio(se_ratio)
   drop_connect_rate = check_drop_connect_rate(drop_connect_rate)
   groups = _parse_groups(dropblock_groups)
@@ -633,11 +711,12 @@ def resnet(resnet_depth: int,
     keep_prob_var = keras.Variable(float(dropblock_keep_prob), shape=(), dtype='float32', trainable=False,
                                    autocast=False, aggregation='only_first_replica', name=DROPBLOCK_VARIABLE_NAME)
   b = _Builder(data_format, bn_momentum, bn_epsilon, dtype_policy, keep_prob_var, groups, dropblock_size,
-               norm_act_layer=norm_act_layer, se_ratio=se_ratio, resnetd_shortcut=resnetd_shortcut)
+               norm_act_layer=norm_act_layer, se_ratio=se_ratio, resnetd_shortcut=resnetd_shortcut,
+               stride_in_1x1=stride_in_1x1, projection_shortcut=projection_shortcut)
   block_fn = _BLOCK_FNS[spec.kind]
 
   images = keras.Input((image_size, image_size, 3), name='images')
-  x = NormalizeImages(name='normalize')(images)
+  x = NormalizeImages(input_normalization, name='normalize')(images)
   if data_format == 'channels_first':
     x = keras.layers.Permute((3, 1, 2), dtype='float32', name='to_channels_first')(x)
 
@@ -654,13 +733,16 @@ def resnet(resnet_depth: int,
     # stem, so the chosen norm_act_layer is used instead.
     x = b.norm(b.conv(x, STEM_FILTERS, 3, 2))
   else:
-    x = keras.layers.MaxPooling2D(3, 2, padding='same', data_format=data_format, dtype=b.dtype,
-                                  name='initial_max_pool')(x)
+    if stem_pool_padding == 'symmetric':
+      x = BorderPadding(data_format, dtype=b.dtype, name='initial_max_pool_pad')(x)
+    x = keras.layers.MaxPooling2D(3, 2, padding='same' if stem_pool_padding == 'same' else 'valid',
+                                  data_format=data_format, dtype=b.dtype, name='initial_max_pool')(x)
 
   for group, (filters, strides, blocks) in enumerate(zip(GROUP_FILTERS, GROUP_STRIDES, spec.blocks), start=1):
     rate = drop_connect_rate_for_group(drop_connect_rate, group)
     for block in range(blocks):
-      x = block_fn(b, x, filters, strides if block == 0 else 1, block == 0, group,
+      projection = block == 0 and b.projects(x, filters * spec.expansion, strides)
+      x = block_fn(b, x, filters, strides if block == 0 else 1, projection, group,
                    f'block_group{group}_block{block + 1}', pre_activation, rate)
   if pre_activation:
     x = b.norm(x)
@@ -684,12 +766,14 @@ def resnet(resnet_depth: int,
     sys.setrecursionlimit(limit)
   if keep_prob_var is not None:
     model.dropblock_keep_prob = keep_prob_var
+  model.variant = variant  # a frozen dataclass: no checkpoint dependency
   options = [f'{k}={v}' for k, v in (('se_ratio', se_ratio), ('resnetd_shortcut', resnetd_shortcut),
                                       ('use_resnetd_stem', use_resnetd_stem),
                                       ('replace_stem_max_pool', replace_stem_max_pool),
                                       ('drop_connect_rate', drop_connect_rate)) if v]
   if norm_act_layer != 'bn_relu':
     options.append(norm_act_layer)
+  options += [f'{k}={v}' for k, v in variant.params().items() if k != 'bn_epsilon' and v != getattr(Variant, k)]
   logging.info('Built ResNet-%d (%s, %s%s%s): %d convs, %d BNs, %d EvoNorms, %d weights.', resnet_depth, spec.kind,
                data_format, ', v2' if pre_activation else '', ''.join(', ' + o for o in options), b.num_convs,
                b.num_bns, b.num_evonorms, len(model.weights))
@@ -791,7 +875,8 @@ class NormShape(NamedTuple):
 
 def layer_plan(resnet_depth: int, pre_activation: bool = False, *, se_ratio: float | None = None,
                resnetd_shortcut: bool = False, use_resnetd_stem: bool = False,
-               replace_stem_max_pool: bool = False) -> list[ConvShape | NormShape]:
+               replace_stem_max_pool: bool = False, stride_in_1x1: bool = False,
+               projection_shortcut: str = 'every_group') -> list[ConvShape | NormShape]:
   """Every conv and norm-activation layer in creation order, as resnet() creates them."""
   spec = architecture(resnet_depth)
   se_ratio = check_se_ratio(se_ratio)
@@ -817,13 +902,14 @@ def layer_plan(resnet_depth: int, pre_activation: bool = False, *, se_ratio: flo
       out = reduction * s
       if pre_activation:
         plan.append(NormShape(cin, True))
-      if block == 0:
+      if block == 0 and (projection_shortcut == 'every_group' or s != 1 or cin != cout):
         plan.append(ConvShape(1, cin, cout, 1 if resnetd_shortcut and s == 2 else s, out))
         if not pre_activation:
           plan.append(NormShape(cout, False))
       if spec.kind == 'bottleneck':
-        plan += [ConvShape(1, cin, filters, 1, reduction), NormShape(filters, True),
-                 ConvShape(3, filters, filters, s, out), NormShape(filters, True), ConvShape(1, filters, cout, 1, out)]
+        first = ConvShape(1, cin, filters, s, out) if stride_in_1x1 else ConvShape(1, cin, filters, 1, reduction)
+        plan += [first, NormShape(filters, True), ConvShape(3, filters, filters, 1 if stride_in_1x1 else s, out),
+                 NormShape(filters, True), ConvShape(1, filters, cout, 1, out)]
       else:
         plan += [ConvShape(3, cin, filters, s, out), NormShape(filters, True), ConvShape(3, filters, filters, 1, out)]
       if not pre_activation:
@@ -869,7 +955,8 @@ def count_params(resnet_depth: int, num_classes: int = 1000, pre_activation: boo
                  include_bn_statistics: bool = False, *, norm_act_layer: str = 'bn_relu', **options) -> int:
   """Parameters: conv kernels (+ SE biases) + norm parameters (+ their moving statistics if asked) + dense.
 
-  options: layer_plan's keyword arguments (se_ratio, resnetd_shortcut, use_resnetd_stem, replace_stem_max_pool).
+  options: layer_plan's keyword arguments (se_ratio, resnetd_shortcut, use_resnetd_stem, replace_stem_max_pool,
+  stride_in_1x1, projection_shortcut).
   """
   check_norm_act_layer(norm_act_layer, pre_activation)
   total = num_features(resnet_depth) * num_classes + num_classes

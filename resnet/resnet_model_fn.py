@@ -49,7 +49,11 @@ def build_model(params: Mapping[str, Any]) -> keras.Model:
       use_resnetd_stem=params['use_resnetd_stem'],
       replace_stem_max_pool=params['replace_stem_max_pool'],
       drop_connect_rate=params['drop_connect_rate'],
-      norm_act_layer=params['norm_act_layer'])
+      norm_act_layer=params['norm_act_layer'],
+      stride_in_1x1=params['stride_in_1x1'],
+      stem_pool_padding=params['stem_pool_padding'],
+      input_normalization=params['input_normalization'],
+      projection_shortcut=params['projection_shortcut'])
 
 
 def build_optimizer(params: Mapping[str, Any], model: keras.Model) -> keras.optimizers.Optimizer:
@@ -98,6 +102,26 @@ def _targets(labels: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
   return mixing.smoothed_one_hot(labels, params['num_label_classes'], params['label_smoothing'])
 
 
+def class_weight_vector(params: Mapping[str, Any]) -> Optional[tf.Tensor]:
+  """class_weights as a [num_label_classes] float32 constant, or None when unset."""
+  weights = params['class_weights']
+  if weights is None:
+    return None
+  if isinstance(weights, str) or len(weights) != params['num_label_classes']:
+    raise ValueError(f'class_weights must be resolved to {params["num_label_classes"]} numbers (one per model '
+                     f'class) before the model is built; got {weights!r}. resnet_config.make_params resolves '
+                     f"'balanced' from data_dir/summary.json.")
+  return tf.constant(weights, tf.float32)
+
+
+def _loss_sum(logits: tf.Tensor, targets: tf.Tensor, weighted: bool) -> tf.Tensor:
+  """The batch's summed cross-entropy. With class weights, the targets' last column is each example's weight:
+  carried through mixup/CutMix beside the labels, it is mixed with the same lambda (lam w_a + (1 - lam) w_b)."""
+  if not weighted:
+    return tf.reduce_sum(_per_example_loss(logits, targets))
+  return tf.reduce_sum(_per_example_loss(logits, targets[:, :-1]) * targets[:, -1])
+
+
 def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
   """Labels past the head would one-hot to zeros and train silently on nothing: fail loudly instead."""
   message = (f'a label >= num_label_classes={num_classes}: the data has more classes than the model. '
@@ -133,15 +157,35 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
   logits = model(images, training=False)
   weights = tf.cast(labels >= 0, tf.float32)  # padding of the last batch has label -1
   safe_labels = tf.maximum(labels, 0)
+  num_classes = params['num_label_classes']
   per_example = _per_example_loss(logits, _targets(labels, params))
-  top_1 = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), safe_labels), tf.float32)
-  top_5 = tf.cast(tf.math.in_top_k(safe_labels, logits, min(5, params['num_label_classes'])), tf.float32)
+  predicted = tf.argmax(logits, -1, output_type=tf.int32)
+  top_1 = tf.cast(tf.equal(predicted, safe_labels), tf.float32)
+  top_5 = tf.cast(tf.math.in_top_k(safe_labels, logits, min(5, num_classes)), tf.float32)
   count = tf.reduce_sum(weights)
+  sums, outputs = {}, {}
+  if per_class_metrics(params):
+    sums['confusion_matrix'] = confusion_matrix(safe_labels, predicted, weights, num_classes)
+  if params['max_misclassified_rows']:
+    outputs = {'predicted': predicted,
+               'probability': tf.reduce_max(tf.nn.softmax(tf.cast(logits, tf.float32)), axis=-1)}
   return EstimatorSpec(mode, eval_metrics={
       'top_1_accuracy': (tf.reduce_sum(top_1 * weights), count),
       'top_5_accuracy': (tf.reduce_sum(top_5 * weights), count),
       'loss': (tf.reduce_sum((per_example + _weight_decay(model, params)) * weights), count),
-  })
+  }, eval_sums=sums, eval_outputs=outputs)
+
+
+def per_class_metrics(params: Mapping[str, Any]) -> bool:
+  """Whether eval keeps a confusion matrix: a [C, C] sum per step, so up to per_class_max_classes classes."""
+  return 0 < params['num_label_classes'] <= params['per_class_max_classes']
+
+
+def confusion_matrix(labels: tf.Tensor, predicted: tf.Tensor, weights: tf.Tensor, num_classes: int) -> tf.Tensor:
+  """[true, predicted] counts of the batch, float32: one-hot rows (weighted: padding 0) times one-hot columns. A
+  matmul, not a scatter: static shapes for TPUs, and exact (0/1 products summed in float32, below 2**24)."""
+  true = tf.one_hot(labels, num_classes, dtype=tf.float32) * weights[:, None]
+  return tf.matmul(true, tf.one_hot(predicted, num_classes, dtype=tf.float32), transpose_a=True)
 
 
 def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params: RunParams) -> EstimatorSpec:
@@ -156,6 +200,10 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   lr = lr_schedules.learning_rate(step, params)
   optimizer.learning_rate.assign(lr)
   targets = _targets(labels, params)
+  class_weights = class_weight_vector(params)
+  weighted = class_weights is not None
+  if weighted:
+    targets = tf.concat([targets, tf.gather(class_weights, labels)[:, None]], axis=1)
   mix = mixing.MixConfig.from_params(params)
   if mix.enabled:
     images, targets = mixing.mix(images, targets, mix, mixing.mix_seed(step, params['random_seed']))
@@ -172,11 +220,11 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   variables = model.trainable_variables
   accumulate = params['gradient_accumulation_steps']
   if accumulate > 1:
-    loss, gradients = _accumulated_gradients(model, variables, images, targets, accumulate, scaled_loss)
+    loss, gradients = _accumulated_gradients(model, variables, images, targets, accumulate, scaled_loss, weighted)
   else:
     with tf.GradientTape() as tape:
       logits = model(images, training=True)
-      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(logits, targets)), with_decay=True)
+      loss, scaled = scaled_loss(_loss_sum(logits, targets, weighted), with_decay=True)
     gradients = tape.gradient(scaled, variables)
   # Summed here, before a loss-scale optimizer looks at them: every replica then judges the same gradients
   # finite or not, and applies or skips the step together.
@@ -190,7 +238,7 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
 
 
 def _accumulated_gradients(model: keras.Model, variables: List[tf.Variable], images: tf.Tensor, targets: tf.Tensor,
-                           steps: int, scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
+                           steps: int, scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]], weighted: bool
                            ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
   """The replica's batch in ``steps`` micro-batches, one after another (a while loop: one micro-batch's activations
   in memory at a time), their gradients summed, and the weight decay's added once: the same gradients as one
@@ -206,7 +254,7 @@ def _accumulated_gradients(model: keras.Model, variables: List[tf.Variable], ima
     x = tf.slice(images, [start, 0, 0, 0], [micro, -1, -1, -1])
     y = tf.slice(targets, [start, 0], [micro, -1])
     with tf.GradientTape() as tape:
-      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(model(x, training=True), y)), with_decay=False)
+      loss, scaled = scaled_loss(_loss_sum(model(x, training=True), y, weighted), with_decay=False)
     gradients = tape.gradient(scaled, variables)
     return i + 1, loss_sum + loss, [_plus(s, g) for s, g in zip(gradient_sums, gradients)]
 

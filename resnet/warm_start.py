@@ -1,9 +1,13 @@
 """Warm start (``--resnet_checkpoint``): copy model weights from a checkpoint into a freshly built ResNet.
 
-Two sources are understood:
+Three sources are understood:
 - ``tf2``: a checkpoint of this application (``tf.train.Checkpoint(global_step=, model=, optimizer=[, ema=])``).
 - ``tf1``: a name-based checkpoint of the reference TPU ResNet (``conv2d/kernel``,
   ``batch_normalization_52/moving_variance``, ``dense/bias``; an outer scope such as ``resnet50/`` is stripped).
+- ``foreign``: Keras applications or torchvision/timm weights files, which resnet/foreign_weights.py reads under the
+  same TF1 names. Their framework computes with another ``Variant`` (stride placement, pool padding, ...); the model
+  must have been built with it (``model.variant``, set from the file by resnet_config.make_params), else
+  WarmStartMismatchError names each difference: same shapes, another function, is never copied silently.
 
 What is copied: every model weight, BN moving statistics included (the reference's ``WarmStartSettings`` pitfall:
 trainable-only regexes lose them). Not copied: the global step and optimizer slots (``Momentum``). With
@@ -32,7 +36,6 @@ below ``model``). Moving averages sit below ``ema/shadows``, one child per varia
 """
 import collections
 import dataclasses
-import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -42,7 +45,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
+from resnet import architectures
 from resnet import ema as ema_lib
+from resnet import foreign_weights
 from resnet import resnet_model
 from resnet.estimator import checkpoints as checkpoints_lib
 
@@ -67,9 +72,10 @@ class WarmStartSummary:
   restored: List[str]
   skipped: List[Tuple[str, Shape, Shape]]   # (name, checkpoint shape, model shape)
   missing: List[str]                         # model variables the checkpoint does not have
-  source_format: str                         # 'tf2' | 'tf1'
+  source_format: str                         # 'tf2' | 'tf1' | 'foreign'
   checkpoint: str = ''
   moving_average: bool = False               # the values came from the checkpoint's moving averages
+  foreign: Optional[foreign_weights.ForeignWeights] = None  # the weights file, for a foreign source
 
 
 # ------------------------------------------------------------------------------------------------ paths
@@ -169,40 +175,39 @@ def warm_start(model: keras.Model, checkpoint: str, allow_partial: bool = False,
 
   Args:
     model: the freshly built ResNet.
-    checkpoint: a checkpoint prefix, one of its files, or a directory (its latest checkpoint).
+    checkpoint: a checkpoint prefix, one of its files, a directory (its latest checkpoint), or a Keras
+      applications / torchvision / timm weights file (resnet/foreign_weights.py).
     allow_partial: copy whatever matches when backbone variables are missing or differ in shape (warning);
       by default that raises WarmStartMismatchError and leaves the model untouched.
     use_moving_average: take the checkpoint's moving averages (EMA shadows) instead of the raw weights; raises
       WarmStartMismatchError if the checkpoint has none.
   Raises:
-    WarmStartMismatchError: nothing matches; backbone mismatches without allow_partial; no moving averages.
+    WarmStartMismatchError: nothing matches; backbone mismatches without allow_partial; no moving averages; a
+      foreign file whose framework computes with another Variant than the model.
     FileNotFoundError: no checkpoint at ``checkpoint``.
+    ValueError: a foreign weights file that cannot be read (a .pth without torch, another architecture).
   """
-  path = resolve_checkpoint(checkpoint)
-  reader = tf.train.load_checkpoint(path)
-  shapes = reader.get_variable_to_shape_map()
   variables = resnet_model.tf1_variable_map(model)   # TF1 name -> variable, creation order
-  graph = _object_graph(reader)
-  model_node = _model_node(graph) if graph is not None else None
-  if model_node is not None:
-    source_format = 'tf2'
+  foreign = foreign_weights.load(checkpoint)
+  graph = model_node = None
+  if foreign is not None:
+    path, source_format = checkpoint, 'foreign'
     if use_moving_average:
-      by_path = tf2_ema_keys(graph)
-      if not by_path:
-        raise WarmStartMismatchError(_no_averages(path, 'tf2'))
-      keys = {name: by_path[v.path] for name, v in variables.items() if v.path in by_path}
-    else:
-      by_id = tf2_keys(graph, model_node, model)
-      keys = {name: by_id[id(v)] for name, v in variables.items() if id(v) in by_id}
+      raise WarmStartMismatchError(f'Warm start from {path}: moving averages were requested (use_moving_average='
+                                   f'True), but {foreign.header.title()} holds plain weights; warm-start without.')
+    _check_variant(model, foreign.header)
+    shapes = {name: value.shape for name, value in foreign.tensors.items()}
+    keys = {name: name for name in foreign.tensors}
+    read = foreign.tensors.__getitem__
   else:
-    source_format = 'tf1'
-    if use_moving_average:
-      keys = tf1_ema_names(list(shapes))
-      if not keys and tf1_names(list(shapes)):
-        raise WarmStartMismatchError(_no_averages(path, 'tf1'))
-    else:
-      keys = tf1_names(list(shapes))
-  summary = WarmStartSummary([], [], [], source_format, path, use_moving_average)
+    path = resolve_checkpoint(checkpoint)
+    reader = tf.train.load_checkpoint(path)
+    read = reader.get_tensor
+    shapes = reader.get_variable_to_shape_map()
+    graph = _object_graph(reader)
+    model_node = _model_node(graph) if graph is not None else None
+    source_format, keys = _checkpoint_keys(model, variables, path, shapes, graph, model_node, use_moving_average)
+  summary = WarmStartSummary([], [], [], source_format, path, use_moving_average, foreign)
   to_assign = []
   for name, variable in variables.items():
     key = keys.get(name)
@@ -220,10 +225,29 @@ def warm_start(model: keras.Model, checkpoint: str, allow_partial: bool = False,
   if mismatches and not allow_partial:
     raise WarmStartMismatchError(_mismatch_message(summary, mismatches, variables))
   for name, variable, key in to_assign:
-    variable.assign(np.asarray(reader.get_tensor(key)).astype(_numpy_dtype(variable)))
+    variable.assign(np.asarray(read(key)).astype(_numpy_dtype(variable)))
     summary.restored.append(name)
   _log(summary, len(variables))
   return summary
+
+
+def _checkpoint_keys(model: keras.Model, variables: Mapping[str, Any], path: str, shapes: Mapping[str, Any],
+                     graph, model_node: Optional[int], use_moving_average: bool) -> Tuple[str, Dict[str, str]]:
+  """(source format, TF1 name -> checkpoint key) of a TF checkpoint: our object graph (tf2) or reference names."""
+  if model_node is not None:
+    if use_moving_average:
+      by_path = tf2_ema_keys(graph)
+      if not by_path:
+        raise WarmStartMismatchError(_no_averages(path, 'tf2'))
+      return 'tf2', {name: by_path[v.path] for name, v in variables.items() if v.path in by_path}
+    by_id = tf2_keys(graph, model_node, model)
+    return 'tf2', {name: by_id[id(v)] for name, v in variables.items() if id(v) in by_id}
+  if use_moving_average:
+    keys = tf1_ema_names(list(shapes))
+    if not keys and tf1_names(list(shapes)):
+      raise WarmStartMismatchError(_no_averages(path, 'tf1'))
+    return 'tf1', keys
+  return 'tf1', tf1_names(list(shapes))
 
 
 def backbone_mismatches(summary: WarmStartSummary) -> List[Tuple[str, Optional[Shape], Optional[Shape]]]:
@@ -234,6 +258,19 @@ def backbone_mismatches(summary: WarmStartSummary) -> List[Tuple[str, Optional[S
 
 def _numpy_dtype(variable) -> np.dtype:
   return tf.as_dtype(variable.dtype).as_numpy_dtype
+
+
+def _check_variant(model: keras.Model, header: foreign_weights.Header) -> None:
+  """The model must compute as the file's framework does: the same shapes with another stride placement, pool
+  padding, epsilon or input normalisation would load without complaint and compute another function."""
+  variant = getattr(model, 'variant', architectures.Variant())
+  problems = [f'{key}: the weights need {value!r}, the model has {getattr(variant, key)!r}'
+              for key, value in header.variant.items() if getattr(variant, key) != value]
+  if problems:
+    raise WarmStartMismatchError(
+        f'Warm start from {header.path} ({header.title()}): the model does not compute as these weights were '
+        f'trained: {"; ".join(problems)}. Nothing was copied. Build the model from params made with '
+        f'resnet_checkpoint set to this file (resnet_config.make_params sets them from it), or set these params.')
 
 
 # ------------------------------------------------------------------------------------------------ messages
@@ -262,17 +299,32 @@ def head_note(skipped: Sequence[Tuple[str, Shape, Shape]]) -> str:
 def _mismatch_message(summary: WarmStartSummary, mismatches, variables: Mapping[str, Any]) -> str:
   total = len(variables)
   listed = []
+  sources = summary.foreign.sources if summary.foreign is not None else {}
   for name, ckpt_shape, _ in mismatches[:MAX_LISTED]:
     model_shape = _fmt_shape(tuple(variables[name].shape))
-    listed.append(f'{name} model {model_shape} checkpoint {_fmt_shape(ckpt_shape) if ckpt_shape else "missing"}')
+    label = f'{name} ({sources[name]})' if name in sources else name  # the file's name for it
+    listed.append(f'{label} model {model_shape} checkpoint {_fmt_shape(ckpt_shape) if ckpt_shape else "missing"}')
   more = f', ... and {len(mismatches) - MAX_LISTED} more' if len(mismatches) > MAX_LISTED else ''
   source = 'moving averages of ' if summary.moving_average else ''
   return (f'Warm start from {source}{summary.checkpoint}: {len(mismatches)} of {total} model variables outside the '
           f'classifier head are missing from the checkpoint or have another shape: {"; ".join(listed)}{more}. '
-          f'Nothing was copied. The checkpoint was probably written by another architecture: check that '
-          f'--resnet_depth, --pre_activation and the other model params match the checkpoint\'s run, or set '
+          f'Nothing was copied. {_architecture_hint(summary)}, or set '
           f'allow_partial_warm_start=true to copy only the {total - len(summary.missing) - len(summary.skipped)} '
           f'matching variables.')
+
+
+def _architecture_hint(summary: WarmStartSummary) -> str:
+  if summary.foreign is None:
+    return ('The checkpoint was probably written by another architecture: check that --resnet_depth, '
+            '--pre_activation and the other model params match the checkpoint\'s run')
+  header = summary.foreign.header
+  hint = f'The file holds a {header.title()}'
+  hint += ''.join(f' ({note})' for note in header.notes if 'ResNet-D' in note)
+  if summary.foreign.unused:
+    hint += f'; its tensors that map to no model variable: {_listed(summary.foreign.unused)}'
+  depth = f'--resnet_depth={header.depth}' if header.depth else '--resnet_depth'
+  return hint + f'. Check that {depth} and the other model params match it'
+
 
 
 def _no_averages(path: str, source_format: str) -> str:
@@ -290,7 +342,12 @@ def _log(summary: WarmStartSummary, total: int) -> None:
   if summary.missing:
     line += f'; missing from the checkpoint {len(summary.missing)}: {_listed(summary.missing)}'
   averaged = '; moving averages' if summary.moving_average else ''
-  line += f' [{summary.source_format} checkpoint{averaged}; global step and optimizer slots not restored]'
+  if summary.foreign is not None:
+    header, folded = summary.foreign.header, summary.foreign.folded_biases
+    line += (f' [{header.title()}' + (f'; {folded} conv biases folded into batch-norm moving means' if folded
+                                      else '') + ']')
+  else:
+    line += f' [{summary.source_format} checkpoint{averaged}; global step and optimizer slots not restored]'
   logging.info('%s', line)
   backbone = backbone_mismatches(summary)
   if backbone:
@@ -303,6 +360,9 @@ def _nothing_matches(path: str, shapes: Mapping[str, Any], variables: Mapping[st
                      summary: WarmStartSummary, graph, model_node: Optional[int]) -> str:
   names = sorted(k for k in shapes if k != OBJECT_GRAPH_KEY)
   expected = [f'{n} {_fmt_shape(v.shape)}' for n, v in list(variables.items())[:4]]
+  if summary.foreign is not None:
+    return f'Warm start from {path}: nothing in the file fits the model. {_architecture_hint(summary)}.'
+
   message = (f'Warm start from {path}: no checkpoint variable matches the model ({len(names)} checkpoint '
              f'tensors, e.g. {_listed(names, 5)}; the model expects TF1 names such as {", ".join(expected)}, or a '
              f'checkpoint of this application).')

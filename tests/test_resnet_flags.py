@@ -8,11 +8,14 @@ import pytest
 from params import params_dict as pd
 from params import resnet_config
 from params.resnet_config import RESNET_CFG
+from resnet import architectures
 from resnet import resnet_flags as rf
 
 # What params_from_flags gives with no data_dir: the defaults, with the data-dependent counts set to ImageNet's.
-# The defaults as a run sees them: ImageNet's counts without data, eval at the training size unless set.
-DEFAULTS = dict(RESNET_CFG, **resnet_config.IMAGENET_COUNTS, eval_image_size=RESNET_CFG['image_size'])
+# The defaults as a run sees them: ImageNet's counts without data, eval at the training size unless set, the
+# reference's v1.5 without warm-start weights.
+DEFAULTS = dict(RESNET_CFG, **resnet_config.IMAGENET_COUNTS, eval_image_size=RESNET_CFG['image_size'],
+                **architectures.VARIANT_DEFAULTS)
 
 
 def _flags(*args: str) -> flags.FlagValues:

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -41,11 +42,13 @@ def records(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def trained(records, tmp_path_factory):
-  """One train_and_eval run shared by the tests below: 6 steps in chunks of 3, with an export."""
+  """One train_and_eval run shared by the tests below: 6 steps in chunks of 3, with an export of the best
+  checkpoint, balanced class weights, and the ImageNet schedule on small data (which draws the advice)."""
   model_dir = str(tmp_path_factory.mktemp('run'))
   proc = run_main('--mode=train_and_eval', f'--data_dir={records}', f'--model_dir={model_dir}',
                   '--train_steps=6', '--steps_per_eval=3', '--num_eval_images=4',
-                  f'--export_dir={model_dir}/export', *TINY, module=False)
+                  f'--export_dir={model_dir}/export', *TINY, '--lr_schedule=stepwise', '--class_weights=balanced',
+                  '--export_best=true', '--best_metric=loss', module=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return model_dir, proc.stderr + proc.stdout
 
@@ -71,8 +74,41 @@ def test_train_and_eval_alternates_and_writes_eval_results(trained):
   assert set(results) >= {'top_1_accuracy', 'top_5_accuracy', 'loss'}
   assert log.count('Built ResNet-18') == 1  # the model is built once, not per chunk
   saved = params_dict.read_yaml_to_params_dict(os.path.join(model_dir, 'params.yaml'))
-  assert saved.train_steps == 6 and saved.lr_schedule == 'cosine' and saved.image_size == 32
+  assert saved.train_steps == 6 and saved.lr_schedule == 'stepwise' and saved.image_size == 32
   assert os.listdir(os.path.join(model_dir, 'export'))
+
+
+def test_eval_reports_per_class_metrics_confusion_image_misclassified_and_keeps_the_best(trained, records):
+  model_dir, log = trained
+  results = json.load(open(os.path.join(model_dir, 'eval_results.json')))
+  names = open(os.path.join(records, 'labels.txt')).read().split()
+  assert list(results['per_class']) == names and results['class_names'] == names
+  matrix = np.array(results['confusion_matrix'])
+  assert matrix.shape == (4, 4) and matrix.sum() == results['num_examples'] == 4
+  assert results['top_1_accuracy'] == pytest.approx(np.trace(matrix) / 4)
+  assert [results['per_class'][n]['support'] for n in names] == list(matrix.sum(axis=1))
+  rows = list(csv.DictReader(open(os.path.join(model_dir, 'eval_misclassified.csv'))))
+  assert len(rows) == 4 - np.trace(matrix) == results['misclassified_examples']
+  assert all(r['image'].endswith(('.jpg', '.png')) and r['true_class'] != r['predicted_class'] for r in rows)
+  # TensorBoard's eval run: macro scalars and the confusion matrix as a PNG image.
+  tags = {}
+  for event_file in tf.io.gfile.glob(os.path.join(model_dir, 'eval', 'events.*')):
+    for event in tf.compat.v1.train.summary_iterator(event_file):
+      for value in event.summary.value:
+        tags[value.tag] = value
+  assert {'macro_f1', 'macro_precision', 'macro_recall', 'top_1_accuracy'} <= set(tags)
+  image = tf.make_ndarray(tags['confusion_matrix'].tensor)    # [width, height, png]
+  decoded = tf.io.decode_png(image[2]).numpy()
+  assert decoded.shape[2] == 3 and decoded.shape[0] > 100
+  # Class weights resolved from summary.json (balanced data: all 1) and recorded; the advice once.
+  assert params_dict.read_yaml_to_params_dict(os.path.join(model_dir, 'params.yaml')).class_weights == [1.0] * 4
+  assert log.count('does much worse on small data') == 1 and 'small_data' in log
+  # The best checkpoint by loss, kept in best/ and exported.
+  best = json.load(open(os.path.join(model_dir, 'best', 'eval_results.json')))
+  assert best['best_metric'] == 'loss' and best['global_step'] in (3, 6)
+  assert best['loss'] <= results['loss']
+  assert f"Exporting the best checkpoint {model_dir}/best/model.ckpt-{best['global_step']}" in log
+  assert tf.train.latest_checkpoint(os.path.join(model_dir, 'best')).endswith(f"ckpt-{best['global_step']}")
 
 
 def test_predict_writes_one_csv_row_per_requested_image(trained, records):
@@ -91,6 +127,16 @@ def test_predict_writes_one_csv_row_per_requested_image(trained, records):
     assert row['top1_class'] == names[int(row['top1_label'])]
     probs = [float(row[f'top{i}_probability']) for i in range(1, 5)]
     assert probs == sorted(probs, reverse=True) and sum(probs) == pytest.approx(1.0, abs=1e-4)
+  # Labelled data: the per-class report of the predictions, equal to a count of the CSV's rows.
+  report = json.load(open(os.path.join(model_dir, 'pred_report.json')))
+  matrix = np.zeros((4, 4), int)
+  for row in rows:
+    matrix[int(row['true_label']), int(row['top1_label'])] += 1
+  assert report['confusion_matrix'] == matrix.tolist() and report['num_examples'] == 3
+  assert report['top_1_accuracy'] == pytest.approx(np.trace(matrix) / 3)
+  assert list(report['per_class']) == names
+  wrong = list(csv.DictReader(open(os.path.join(model_dir, 'pred_misclassified.csv'))))
+  assert len(wrong) == 3 - np.trace(matrix)
 
 
 def test_predict_over_raw_image_files(trained, records, tmp_path):

@@ -870,3 +870,43 @@ def test_resnet_rs_depths_build_with_the_block_table_counts(depth):
   model = rm.resnet(depth, 10, image_size=32)
   assert model.count_params() == _expected_params(depth, 10)[1]
   assert len(rm.tf1_variable_map(model)) == len(model.weights)
+
+
+# ------------------------------------------------------------------------------------------------ Variant
+def _conv_strides(model: keras.Model) -> list:
+  convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+  convs.sort(key=rm._creation_order)  # pylint: disable=protected-access
+  return [(conv.kernel_size[0], conv.strides[0]) for conv in convs]
+
+
+def test_variant_options_build_what_the_conv_table_says():
+  """stride_in_1x1 moves each stage's stride to the first 1x1; 'shape_change' drops ResNet-18's group-1
+  projection (torchvision has none); the analytic table and parameter counts follow."""
+  plain = rm.resnet(18, 10, image_size=32, projection_shortcut='shape_change', stem_pool_padding='symmetric')
+  assert plain.count_params() == rm.count_params(18, 10, include_bn_statistics=True, projection_shortcut='shape_change')
+  assert len(rm.conv_shapes(18, projection_shortcut='shape_change')) == len(rm.conv_shapes(18)) - 1 == 20
+  assert _conv_strides(plain) == [(c.kernel, c.stride) for c in rm.conv_shapes(18, projection_shortcut='shape_change')]
+  v1 = rm.resnet(50, 10, image_size=32, stride_in_1x1=True)
+  table = rm.conv_shapes(50, stride_in_1x1=True)
+  assert _conv_strides(v1) == [(c.kernel, c.stride) for c in table]
+  assert [(c.kernel, c.stride) for c in table[11:15]] == [(1, 2), (1, 2), (3, 1), (1, 1)]  # group 2's first block
+  assert rm.count_flops(50, 224, stride_in_1x1=True) < rm.count_flops(50, 224)  # its 3x3s run on smaller maps
+  assert v1.variant.stride_in_1x1 and plain.variant.projection_shortcut == 'shape_change'
+  with pytest.raises(ValueError, match='stride_in_1x1=true needs a bottleneck depth'):
+    rm.resnet(18, 10, stride_in_1x1=True)
+
+
+def test_symmetric_stem_pool_and_caffe_normalisation():
+  """The symmetric pool is a 3x3/2 max over a one-pixel border on every side (SAME pads only the end of even
+  sizes); caffe_bgr is RGB -> BGR minus the caffe means, unscaled."""
+  x = np.random.default_rng(0).normal(size=(1, 8, 8, 2)).astype(np.float32)
+  pooled = keras.layers.MaxPooling2D(3, 2)(rm.BorderPadding('channels_last')(x)).numpy()
+  padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-np.inf)
+  expected = np.array([[padded[0, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max((0, 1)) for j in range(4)] for i in range(4)])
+  np.testing.assert_array_equal(pooled[0], expected)
+  assert not np.allclose(pooled, keras.layers.MaxPooling2D(3, 2, padding='same')(x).numpy())
+  first = rm.BorderPadding('channels_first')(np.transpose(x, (0, 3, 1, 2))).numpy()
+  np.testing.assert_array_equal(np.transpose(first, (0, 2, 3, 1)), padded)
+  pixels = np.array([[[[10.0, 20.0, 30.0]]]], np.float32)
+  np.testing.assert_allclose(rm.NormalizeImages('caffe_bgr')(pixels).numpy()[0, 0, 0],
+                             [30 - 103.939, 20 - 116.779, 10 - 123.68], rtol=1e-6)

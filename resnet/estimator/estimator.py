@@ -18,6 +18,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from resnet.estimator import best_checkpoint
 from resnet.estimator import checkpoints as checkpoints_lib
 from resnet.estimator import distribution
 from resnet.estimator import export as export_lib
@@ -151,8 +152,8 @@ class Estimator:
       return input_fn(RunParams(self.params, context.get_per_replica_batch_size(global_batch),
                                 RunContext(mode, self.num_replicas, input_context=context)))
 
-    # Predict keeps string features (file names) on the host; they never enter a replica function.
-    options = tf.distribute.InputOptions(experimental_fetch_to_device=mode != ModeKeys.PREDICT)
+    # Eval and predict keep string features (file names) on the host; they never enter a replica function.
+    options = tf.distribute.InputOptions(experimental_fetch_to_device=mode == ModeKeys.TRAIN)
     return self.strategy.distribute_datasets_from_function(dataset_fn, options)
 
   # ------------------------------------------------------------------------------------------------ summaries
@@ -167,6 +168,12 @@ class Estimator:
     with self._writer(name).as_default(step=step):
       for key, value in values.items():
         tf.summary.scalar(key, value)
+    self._writer(name).flush()
+
+  def write_images(self, name: str, step: int, images: Mapping[str, np.ndarray]) -> None:
+    with self._writer(name).as_default(step=step):
+      for key, image in images.items():
+        tf.summary.image(key, image[None], step=step)
     self._writer(name).flush()
 
   # ------------------------------------------------------------------------------------------------ train
@@ -266,12 +273,14 @@ class Estimator:
 
   # ------------------------------------------------------------------------------------------------ evaluate
   def evaluate(self, input_fn: InputFn, checkpoint_path: Optional[str] = None, name: str = 'eval',
-               weights: Optional[Callable[[], ContextManager]] = None) -> Dict[str, Any]:
+               weights: Optional[Callable[[], ContextManager]] = None,
+               hooks: Sequence[hooks_lib.EvalHook] = ()) -> Dict[str, Any]:
     """Evaluates over the WHOLE finite eval set; restores ``checkpoint_path`` (default: latest) first.
 
     Metrics are exact sums over every example (weights mask padding), reduced over replicas; results also go
     to TensorBoard (``model_dir/<name>``) and, atomically replaced, to ``model_dir/<name>_results.json``.
     ``weights()``: a context in which the variables hold the weights to evaluate (e.g. moving averages).
+    ``hooks`` see the per-example outputs on the host and may add results and TensorBoard images.
     """
     path = self._load_weights(ModeKeys.EVAL, checkpoint_path, 'evaluate')
     dataset = self.distribute(input_fn, ModeKeys.EVAL)
@@ -279,46 +288,84 @@ class Estimator:
     if spec_key not in self._eval_steps:
       self._eval_steps[spec_key] = loops.eval_step(self.strategy, self.replica_fns.eval(), dataset.element_spec)
     eval_step = self._eval_steps[spec_key]
+    for hook in hooks:
+      hook.begin(self, name)
     start = time.time()
     totals: Dict[str, List[float]] = {}
+    sums: Dict[str, np.ndarray] = {}
     with (weights() if weights else contextlib.nullcontext()):
       for element in dataset:
-        for key, (s, w) in eval_step(element).items():
+        metrics, batch_sums, examples = eval_step(element)
+        for key, (s, w) in metrics.items():
           acc = totals.setdefault(key, [0.0, 0.0])
           acc[0] += float(s)
           acc[1] += float(w)
+        for key, value in batch_sums.items():
+          sums[key] = sums[key] + value.numpy() if key in sums else value.numpy()
+        if hooks:
+          batch = self._local_examples(examples)
+          for hook in hooks:
+            hook.after_batch(batch)
     if not totals:
       raise ValueError('The eval input produced no batches: is the eval split empty?')
     results: Dict[str, Any] = {k: s / w if w else float('nan') for k, (s, w) in totals.items()}
     step = int(self.global_step.numpy())
     results.update(global_step=step, num_examples=int(max(w for _, w in totals.values())),
-                   seconds=time.time() - start)
+                   seconds=time.time() - start, checkpoint=path or '')
+    scalars = {k: results[k] for k in totals}
+    images: Dict[str, np.ndarray] = {}
+    for hook in hooks:
+      report = hook.end(results, sums)
+      results.update(report.results)
+      scalars.update({k: v for k, v in report.results.items() if isinstance(v, (int, float))})
+      images.update(report.images)
     logging.info('Eval at step %d over %d examples: %s (%.1f s)', step, results['num_examples'],
-                 ', '.join(f'{k}={results[k]:.4f}' for k in sorted(totals)), results['seconds'])
+                 ', '.join(f'{k}={scalars[k]:.4f}' for k in sorted(scalars)), results['seconds'])
     if self.is_chief:
-      self.write_scalars(name, step, {k: results[k] for k in totals})
-      files.atomic_write(os.path.join(self.model_dir, f'{name}_results.json'),
-                         _json({**results, 'checkpoint': path or ''}))
+      self.write_scalars(name, step, scalars)
+      if images:
+        self.write_images(name, step, images)
+      files.atomic_write(os.path.join(self.model_dir, f'{name}_results.json'), _json(results))
     return results
+
+  def _local_examples(self, examples: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+    """This worker's per-example values of one step, replicas concatenated in order."""
+    local = self.strategy.experimental_local_results
+    return {k: np.concatenate([np.asarray(t) for t in local(v)], axis=0) for k, v in examples.items()}
 
   def train_and_evaluate(self, train_input_fn: InputFn, eval_input_fn: InputFn, max_steps: int,
                          steps_per_eval: int, hooks: Sequence[hooks_lib.LoopHook] = (),
-                         eval_weights: Optional[Callable[[], ContextManager]] = None) -> Dict[str, Any]:
-    """Alternates ``steps_per_eval`` training steps and a full evaluation until ``max_steps``."""
+                         eval_weights: Optional[Callable[[], ContextManager]] = None,
+                         eval_hooks: Sequence[hooks_lib.EvalHook] = (),
+                         best: Optional[best_checkpoint.BestCheckpoint] = None,
+                         early_stopping_evals: int = 0) -> Dict[str, Any]:
+    """Alternates ``steps_per_eval`` training steps and a full evaluation until ``max_steps``, or until
+    ``early_stopping_evals`` evaluations in a row have not improved on ``best``."""
     self._global_batch(ModeKeys.EVAL)  # a bad eval batch fails now, not after the first training chunk
+    if early_stopping_evals and best is None:
+      raise ValueError('early_stopping_evals needs a best checkpoint to compare against (best_metric).')
     self._prepare_training(train_input_fn)
     step = int(self.global_step.numpy())
     results: Dict[str, Any] = {}
     while step < max_steps:
+      if best is not None and best.should_stop(early_stopping_evals):
+        logging.info('Early stopping at step %d: %d evaluations without improvement of %s. The best checkpoint '
+                     'is %s (%s=%.4f at step %d).', step, best.evals_without_improvement, best.metric,
+                     best.checkpoint_path, best.metric, best.value, best.best['global_step'])
+        break
       step = min(step + steps_per_eval, max_steps)
       self.train(train_input_fn, max_steps=step, hooks=hooks, total_steps=max_steps)
-      results = self.evaluate(eval_input_fn, weights=eval_weights)
+      results = self.evaluate(eval_input_fn, weights=eval_weights, hooks=eval_hooks)
+      if best is not None:
+        best.update(results)
     return results
 
   def evaluate_continuously(self, input_fn: InputFn, timeout: Optional[float] = None,
                             stop_at_step: Optional[int] = None, poll_seconds: float = 1.0,
                             log_every_seconds: float = 180.0,
-                            weights: Optional[Callable[[], ContextManager]] = None) -> Optional[Dict[str, Any]]:
+                            weights: Optional[Callable[[], ContextManager]] = None,
+                            hooks: Sequence[hooks_lib.EvalHook] = (),
+                            best: Optional[best_checkpoint.BestCheckpoint] = None) -> Optional[Dict[str, Any]]:
     """Evaluates each new checkpoint of model_dir until one reaches ``stop_at_step``, or none appears within
     ``timeout`` seconds (None: wait forever). While waiting it logs where and how long, every few minutes."""
     last_path, results = None, None
@@ -329,7 +376,9 @@ class Estimator:
       if path and path != last_path:
         last_path = path
         try:
-          results = self.evaluate(input_fn, checkpoint_path=path, weights=weights)
+          results = self.evaluate(input_fn, checkpoint_path=path, weights=weights, hooks=hooks)
+          if best is not None:
+            best.update(results)
         except tf.errors.NotFoundError:  # removed by keep_checkpoint_max while we waited
           logging.info('Checkpoint %s vanished before it could be evaluated; skipping.', path)
           continue
@@ -360,7 +409,6 @@ class Estimator:
     """
     self._load_weights(ModeKeys.PREDICT, checkpoint_path, 'predict with')
     step = loops.predict_step(self.strategy, self.replica_fns.predict())
-    local = self.strategy.experimental_local_results
     for element in self.distribute(input_fn, ModeKeys.PREDICT):
       features, labels = loops.split_element(element)
       device, host = loops.split_host_features(features)
@@ -368,7 +416,7 @@ class Estimator:
       if labels is not None:
         outputs['label'] = labels
       outputs.update(host)
-      batch = {k: np.concatenate([np.asarray(t) for t in local(v)], axis=0) for k, v in outputs.items()}
+      batch = self._local_examples(outputs)
       for i in range(len(next(iter(batch.values())))):
         yield {k: v[i] for k, v in batch.items()}
 

@@ -1,10 +1,14 @@
-"""Loop hooks: what runs between compiled training loops (profiling, preemption, NaN checks, logging).
+"""Hooks: what runs between compiled training loops (profiling, preemption, NaN checks, logging), and what looks
+at an evaluation on the host (per-class reports, misclassified examples).
 
 The estimator owns *when* a loop runs; hooks only observe loop boundaries and may ask for an earlier one. A hook
 never touches the model or the step function, so turning one off costs nothing inside the compiled loop.
 """
+import dataclasses
 import math
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import numpy as np
 
 from absl import logging
 
@@ -85,3 +89,27 @@ class CounterLogger(LoopHook):
       self.last = value
     if value:
       logs[self.what.replace(' ', '_')] = float(value)
+
+
+@dataclasses.dataclass
+class EvalReport:
+  """What an eval hook adds: ``results`` (JSON values merged into <name>_results.json; numbers among them also go
+  to TensorBoard as scalars) and ``images`` (tag -> uint8 [H, W, 3] for TensorBoard)."""
+  results: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  images: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+class EvalHook:
+  """Sees one evaluation on the host, after the compiled steps: the per-example outputs of model_fn's
+  ``eval_outputs`` batch by batch (with ``label`` and the string features; padding included: label -1), then
+  the totals. Every worker calls it on the examples it evaluated; the totals are the same on all."""
+
+  def begin(self, estimator, name: str) -> None:
+    """Called before the first batch; ``name`` is the evaluation's (``eval``: model_dir/eval_results.json)."""
+
+  def after_batch(self, examples: Mapping[str, np.ndarray]) -> None:
+    """One batch of this worker's replicas, as numpy arrays with a leading example dimension."""
+
+  def end(self, results: Mapping[str, Any], sums: Mapping[str, np.ndarray]) -> EvalReport:
+    """``results``: the metrics, global_step, num_examples, checkpoint; ``sums``: model_fn's eval_sums."""
+    return EvalReport()

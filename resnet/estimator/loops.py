@@ -6,7 +6,7 @@ XLA-compiled -- what TPUStrategy compiles too -- because XLA cannot compile an i
 only see numeric tensors of static shape: string features (file names, keys) stay on the host and are joined to
 the predictions there, and eval sums are float32 (TPUs have no float64).
 """
-from typing import Any, Callable, Dict, Mapping, Tuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Tuple
 
 import tensorflow as tf
 
@@ -33,6 +33,14 @@ def split_element(element: Any) -> Tuple[Any, Any]:
   if isinstance(element, tuple) and len(element) == 2:
     return element
   return element, None
+
+
+class EvalOutputs(NamedTuple):
+  """One eval batch of one replica: metric (sum, weight) pairs and sums (summed over replicas), and per-example
+  outputs (left per replica, for the host)."""
+  metrics: Dict[str, Tuple[tf.Tensor, tf.Tensor]]
+  sums: Dict[str, tf.Tensor]
+  per_example: Dict[str, tf.Tensor]
 
 
 class ReplicaFunctions:
@@ -74,7 +82,10 @@ class ReplicaFunctions:
 
     def eval_replica(features, labels):
       spec = self._model_fn(features, labels, ModeKeys.EVAL, params)
-      return {k: (tf.cast(s, tf.float32), tf.cast(w, tf.float32)) for k, (s, w) in spec.eval_metrics.items()}
+      return EvalOutputs(
+          metrics={k: (tf.cast(s, tf.float32), tf.cast(w, tf.float32)) for k, (s, w) in spec.eval_metrics.items()},
+          sums={k: tf.cast(v, tf.float32) for k, v in (spec.eval_sums or {}).items()},
+          per_example=dict(spec.eval_outputs or {}))
     return self._wrap(eval_replica)
 
   def predict(self) -> Callable:
@@ -139,26 +150,50 @@ def _batch_size(features: Any) -> tf.Tensor:
   return tf.shape(tf.nest.flatten(features)[0])[0]
 
 
+def _device_args(element: Any) -> Tuple[Tuple[Any, Any], Dict[str, Any]]:
+  """((device features, labels), host-only string features) of an input element."""
+  features, labels = split_element(element)
+  device, host = split_host_features(features)
+  return (device, labels), host
+
+
+def _replica_value(value: Any) -> tf.Tensor:
+  return value.values[0] if hasattr(value, 'values') else value
+
+
 def eval_step(strategy: tf.distribute.Strategy, replica_fn: Callable, element_spec: Any) -> Callable:
-  """Runs ``replica_fn`` on each replica's batch and sums the metrics over every replica and worker.
+  """Runs ``replica_fn`` on each replica's batch; returns (metrics and sums, summed over every replica and worker;
+  per-example outputs, labels and string features, per replica).
 
   A replica whose batch is empty contributes zeros without running the model: when one worker's eval data ends
   before another's (uneven shards), tf.distribute hands the finished worker empty batches so that it keeps
   joining the all-reduce until every worker is done.
   """
-  probe = tf.function(lambda element: strategy.run(replica_fn, args=split_element(element)))
-  names = sorted(probe.get_concrete_function(element_spec).structured_outputs)
+  probe = tf.function(lambda element: strategy.run(replica_fn, args=_device_args(element)[0]))
+  shapes = tf.nest.map_structure(lambda v: (_replica_value(v).shape, _replica_value(v).dtype),
+                                 probe.get_concrete_function(element_spec).structured_outputs)
 
   def guarded(features, labels=None):
-    def zeros():
-      return {k: (tf.constant(0.0, tf.float32), tf.constant(0.0, tf.float32)) for k in names}
-    return tf.cond(_batch_size(features) > 0, lambda: replica_fn(features, labels), zeros)
+    rows = _batch_size(features)
+
+    def zeros():  # per-example outputs get the batch's rows (0; a static batch keeps its static shape for TPUs)
+      return EvalOutputs(
+          metrics={k: (tf.constant(0.0, tf.float32), tf.constant(0.0, tf.float32)) for k in shapes.metrics},
+          sums={k: tf.zeros(shape, dtype) for k, (shape, dtype) in shapes.sums.items()},
+          per_example={k: tf.zeros(tf.concat([[rows], tf.constant(shape[1:].as_list(), tf.int32)], 0), dtype)
+                       for k, (shape, dtype) in shapes.per_example.items()})
+    return tf.cond(rows > 0, lambda: replica_fn(features, labels), zeros)
 
   # Traced once for the dataset's spec: a retrace for an empty batch would see a static batch of 0, which some
   # Keras layers reject while tracing even in the branch that never runs.
   @tf.function(input_signature=[element_spec])
   def step(element):
-    return reduce_sum(strategy, strategy.run(guarded, args=split_element(element)))
+    (features, labels), host = _device_args(element)
+    out = strategy.run(guarded, args=(features, labels))
+    examples = dict(out.per_example, **host)
+    if labels is not None:
+      examples['label'] = labels
+    return reduce_sum(strategy, out.metrics), reduce_sum(strategy, out.sums), examples
   return step
 
 

@@ -32,12 +32,17 @@ class EstimatorSpec(NamedTuple):
     model_fn (TF2 has no train_op: side effects in a tf.function run in program order).
   EVAL: ``eval_metrics``: name -> (weighted sum, weight) per replica, float32; the estimator sums both over
     replicas and batches and reports sum/weight, so padded examples (weight 0) never count and the result is exact.
+    ``eval_sums``: name -> float32 tensor of any static shape (e.g. a confusion matrix), summed over replicas and
+    batches and reported as it is. ``eval_outputs``: name -> per-example tensor [B, ...], handed to eval hooks on
+    the host batch by batch, beside the labels and the string features (file names) that never enter the step.
   PREDICT: ``predictions``: name -> tensor with a leading batch dimension.
   """
   mode: str
   loss: Optional[tf.Tensor] = None
   scalars: Optional[Dict[str, tf.Tensor]] = None
   eval_metrics: Optional[Dict[str, Tuple[tf.Tensor, tf.Tensor]]] = None
+  eval_sums: Optional[Dict[str, tf.Tensor]] = None
+  eval_outputs: Optional[Dict[str, tf.Tensor]] = None
   predictions: Optional[Dict[str, tf.Tensor]] = None
 
 

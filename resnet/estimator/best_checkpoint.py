@@ -1,0 +1,163 @@
+"""``model_dir/best/``: the checkpoint with the best value of one eval metric so far, and early stopping on it.
+
+It lives beside, not among, the rolling checkpoints that ``keep_checkpoint_max`` deletes. ``best/`` is itself a
+checkpoint directory (``ckpt-N.index``, ``ckpt-N.data-*``, ``checkpoint``), so ``eval_checkpoint=<model_dir>/best``
+and warm starts read it like any other, plus ``eval_results.json``: the results that made it the best.
+
+Atomic without directory renames (object stores have none): the new checkpoint's files are copied in under their
+own names, each file atomically; then ``eval_results.json``, written atomically, is the commit point; then the
+``checkpoint`` pointer and the removal of the previous files follow. Opening a ``best/`` that a crash left
+half-updated finishes or undoes the update from ``eval_results.json``. ``progress.json`` counts evaluations without
+improvement, so that a resumed run stops early at the same point as an uninterrupted one.
+"""
+import json
+import math
+import os
+from typing import Any, Dict, Mapping, Optional
+
+from absl import logging
+import tensorflow as tf
+
+from resnet.estimator import files
+
+BEST_DIR = 'best'
+RESULTS_FILE = 'eval_results.json'
+PROGRESS_FILE = 'progress.json'
+GOALS = ('auto', 'max', 'min')
+
+
+def metric_goal(metric: str, goal: str = 'auto') -> str:
+  """'max' or 'min'; 'auto' minimises losses and errors and maximises everything else (accuracies, f1)."""
+  if goal not in GOALS:
+    raise ValueError(f'best_metric_goal must be one of {list(GOALS)}, got {goal!r}.')
+  if goal != 'auto':
+    return goal
+  return 'min' if any(word in metric for word in ('loss', 'error')) else 'max'
+
+
+class BestCheckpoint:
+  """Tracks and keeps the best checkpoint by ``metric``. Only a ``writer`` (the chief) touches the files; every
+  worker keeps the same count (the results are the same on all), so they agree on when to stop early."""
+
+  def __init__(self, model_dir: str, metric: str, goal: str = 'auto', writer: bool = True):
+    self.directory = os.path.join(model_dir, BEST_DIR)
+    self.metric = metric
+    self.goal = metric_goal(metric, goal)
+    self.writer = writer
+    self.best: Optional[Dict[str, Any]] = None
+    self.evals_without_improvement = 0
+    self._open()
+
+  # ------------------------------------------------------------------------------------------------ reading
+  def _read_json(self, name: str) -> Optional[Dict[str, Any]]:
+    path = os.path.join(self.directory, name)
+    if not tf.io.gfile.exists(path):
+      return None
+    with tf.io.gfile.GFile(path) as f:
+      try:
+        return json.load(f)
+      except json.JSONDecodeError:
+        logging.warning('%s is not valid JSON: ignoring it.', path)
+        return None
+
+  def _open(self) -> None:
+    best = self._read_json(RESULTS_FILE)
+    if best is not None and best.get('best_metric') != self.metric:
+      logging.warning('%s holds the best checkpoint by %s, not best_metric=%s: the next evaluation replaces it.',
+                      self.directory, best.get('best_metric'), self.metric)
+      best = None
+    self.best = best
+    progress = self._read_json(PROGRESS_FILE) or {}
+    if best is not None and progress.get('best_step') == best.get('global_step'):
+      self.evals_without_improvement = int(progress.get('evals_without_improvement', 0))
+    if self.writer and tf.io.gfile.isdir(self.directory):
+      self._tidy()
+    if best is not None:
+      logging.info('Best checkpoint so far: %s=%.4f at step %d (%s).', self.metric, best[self.metric],
+                   best['global_step'], self.checkpoint_path)
+
+  def _tidy(self) -> None:
+    """Makes the pointer agree with eval_results.json and removes files of any other checkpoint (a crash's)."""
+    keep = {RESULTS_FILE, PROGRESS_FILE}
+    if self.best is not None:
+      name = self.best['best_checkpoint']
+      files.atomic_write(os.path.join(self.directory, 'checkpoint'),
+                         f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+      keep.add('checkpoint')
+      keep.update(os.path.basename(p) for p in tf.io.gfile.glob(os.path.join(self.directory, name + '.*')))
+    for entry in tf.io.gfile.listdir(self.directory):
+      if entry.rstrip('/') not in keep:
+        tf.io.gfile.remove(os.path.join(self.directory, entry))
+
+  @property
+  def checkpoint_path(self) -> Optional[str]:
+    """The best checkpoint's prefix (``<model_dir>/best/ckpt-N``), or None before the first evaluation."""
+    return os.path.join(self.directory, self.best['best_checkpoint']) if self.best else None
+
+  @property
+  def value(self) -> Optional[float]:
+    return self.best[self.metric] if self.best else None
+
+  # ------------------------------------------------------------------------------------------------ updating
+  def _better(self, value: float) -> bool:
+    if not math.isfinite(value):
+      return False
+    if self.best is None:
+      return True
+    return value > self.value if self.goal == 'max' else value < self.value
+
+  def update(self, results: Mapping[str, Any]) -> bool:
+    """Takes one evaluation's results (with its ``checkpoint``); returns whether it became the best."""
+    if self.metric not in results or not isinstance(results[self.metric], (int, float)):
+      numeric = sorted(k for k, v in results.items() if isinstance(v, (int, float)) and k not in (
+          'global_step', 'num_examples', 'seconds'))
+      raise ValueError(f'best_metric={self.metric!r} is not a metric of this evaluation; it reports: '
+                       f'{", ".join(numeric)}.')
+    value = float(results[self.metric])
+    source = results.get('checkpoint') or ''
+    name = os.path.basename(source)
+    record = {**results, 'best_metric': self.metric, 'best_metric_goal': self.goal, 'best_checkpoint': name,
+              'checkpoint': os.path.join(self.directory, name)}
+    improved = self._better(value) and bool(source)
+    if improved and self.writer:
+      improved = self._keep(source, record)
+    if improved:
+      self.best = record
+      self.evals_without_improvement = 0
+      logging.info('New best checkpoint: %s=%.4f at step %d, kept in %s.', self.metric, value,
+                   results['global_step'], self.directory)
+    else:
+      self.evals_without_improvement += 1
+      if self.best is not None:
+        logging.info('%s=%.4f does not improve on the best %.4f (step %d): %d evaluation(s) without improvement.',
+                     self.metric, value, self.value, self.best['global_step'], self.evals_without_improvement)
+    if self.writer and self.best is not None:
+      files.atomic_write(os.path.join(self.directory, PROGRESS_FILE), json.dumps({
+          'best_step': self.best['global_step'], 'evals_without_improvement': self.evals_without_improvement}))
+    return improved
+
+  def _keep(self, source: str, record: Dict[str, Any]) -> bool:
+    """Copies the checkpoint ``source`` in and commits it with ``record``; False if it vanished first
+    (keep_checkpoint_max)."""
+    try:
+      sources = tf.io.gfile.glob(source + '.*')
+      if not any(s.endswith('.index') for s in sources):
+        raise tf.errors.NotFoundError(None, None, f'{source}.index')
+      tf.io.gfile.makedirs(self.directory)
+      for path in sources:
+        target = os.path.join(self.directory, os.path.basename(path))
+        tmp = files.temp_path(target)
+        tf.io.gfile.copy(path, tmp, overwrite=True)
+        tf.io.gfile.rename(tmp, target, overwrite=True)
+    except tf.errors.NotFoundError:
+      logging.warning('Checkpoint %s vanished before it could be kept as the best; keeping %s.', source,
+                      self.checkpoint_path)
+      return False
+    files.atomic_write(os.path.join(self.directory, RESULTS_FILE), json.dumps(record, indent=2, sort_keys=True))
+    self.best = record
+    self._tidy()
+    return True
+
+  def should_stop(self, patience: int) -> bool:
+    """True after ``patience`` (> 0) evaluations in a row without improvement."""
+    return patience > 0 and self.best is not None and self.evals_without_improvement >= patience

@@ -1,0 +1,72 @@
+"""Fine-tuning controls, each a param and off by default: frozen batch-norm statistics, the head alone for the first
+steps, and layer-wise learning-rate decay per stage (timm's ``--layer-decay`` for ResNets).
+
+Stages: 0 the stem, 1-4 the block groups, 5 the head (and anything after the last block group). With
+``layer_decay=d`` a variable of stage s learns at ``d ** (5 - s)`` times the learning rate: the head at the full
+rate, the stem at ``d ** 5``. The schedules act on gradients, not on a per-variable learning rate: for (Nesterov)
+momentum SGD a gradient scaled by a constant factor on every step is exactly that variable's learning rate scaled
+by it (the weight decay lives in the loss, so it is scaled with it, as in timm's parameter groups). LARS
+normalises each layer's gradient and would undo the scale, so the two do not combine.
+"""
+from typing import Any, List, Mapping, Optional
+
+import keras
+import tensorflow as tf
+
+HEAD_STAGE = 5
+STAGE_ATTRIBUTE = '_resnet_stage'
+
+
+def check(params: Mapping[str, Any]) -> Optional[str]:
+  """Why the fine-tuning params do not combine, or None."""
+  if params['layer_decay'] is not None and params['enable_lars']:
+    return ('layer_decay scales gradients per stage, which LARS normalises away: use layer_decay with the momentum '
+            'optimizer (enable_lars=false)')
+  if params['freeze_batch_norm'] and params['norm_act_layer'] != 'bn_relu':
+    return f'freeze_batch_norm needs batch norm; norm_act_layer={params["norm_act_layer"]!r} has none'
+  return None
+
+
+def variable_stages(model: keras.Model) -> List[int]:
+  """The stage of each of ``model.trainable_variables``, from the stage resnet() stamps on each layer."""
+  stages = {}
+  for layer in model._flatten_layers(include_self=False):  # pylint: disable=protected-access
+    stage = getattr(layer, STAGE_ATTRIBUTE, None)
+    if stage is None:
+      continue
+    for variable in layer.trainable_variables:
+      stages[id(variable)] = stage
+  missing = [v.path for v in model.trainable_variables if id(v) not in stages]
+  if missing:
+    raise ValueError(f'No stage known for {missing[:3]}: the model was not built by resnet_model.resnet().')
+  return [stages[id(v)] for v in model.trainable_variables]
+
+
+def gradient_scales(stages: List[int], step: tf.Tensor, params: Mapping[str, Any]) -> Optional[tf.Tensor]:
+  """One factor per trainable variable for this step, or None when no control is on."""
+  decay = params['layer_decay']
+  head_only = params['train_head_only_steps']
+  if decay is None and not head_only:
+    return None
+  scales = tf.constant([(decay ** (HEAD_STAGE - s)) if decay is not None else 1.0 for s in stages], tf.float32)
+  if head_only:
+    head = tf.constant([1.0 if s == HEAD_STAGE else 0.0 for s in stages], tf.float32)
+    scales = tf.where(step < head_only, scales * head, scales)
+  return scales
+
+
+def scale(gradients: List[tf.Tensor], scales: Optional[tf.Tensor]) -> List[tf.Tensor]:
+  if scales is None:
+    return gradients
+  return [g * tf.cast(scales[i], g.dtype) for i, g in enumerate(gradients)]
+
+
+def freeze_batch_norm_statistics(model: keras.Model) -> int:
+  """Batch norm in inference mode while training (moving statistics fixed; gamma and beta still learn): for
+  fine-tuning with batches too small for good batch statistics. Returns the number of layers frozen."""
+  frozen = 0
+  for layer in model._flatten_layers(include_self=False):  # pylint: disable=protected-access
+    if isinstance(layer, keras.layers.BatchNormalization):
+      layer.frozen_statistics = True
+      frozen += 1
+  return frozen
