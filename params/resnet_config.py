@@ -149,6 +149,13 @@ PARAMS: Tuple[Param, ...] = (
     P('weight_decay', 1e-4, 'L2 weight decay: wd * sum(w^2)/2 over non-normalisation variables.',
       checks=('>= 0',)),
     P('label_smoothing', 0.0, 'Label smoothing.', checks=('>= 0', '< 1')),
+    P('freeze_batch_norm', False, 'Fine-tuning: batch norm in inference mode while training (its moving statistics '
+      'stay those of the checkpoint; gamma and beta still learn), for batches too small for good statistics.'),
+    P('train_head_only_steps', 0, 'Fine-tuning: train only the classifier head for the first N steps (the '
+      'backbone gets no update), then everything.', checks=('>= 0',)),
+    P('layer_decay', None, "Fine-tuning: layer-wise learning-rate decay per stage (timm's --layer-decay): the "
+      'head learns at the full rate, block group g at layer_decay**(5-g), the stem at layer_decay**5; unset = off.',
+      float, checks=('> 0', '<= 1')),
     P('class_weights', None, "Weight of each class in the training loss: 'balanced' (n_images / (n_classes x "
       "n_class) from data_dir/summary.json's train counts) or a list, one per model class; unset = all 1. Eval "
       'is unweighted.', list, words=('balanced',)),
@@ -201,7 +208,8 @@ PARAMS: Tuple[Param, ...] = (
       'eval), e.g. loss or macro_f1.'),
     P('best_metric_goal', 'auto', "Whether best_metric is better 'max' or 'min'; auto = min for losses and "
       'errors, max otherwise.', choices=('auto', 'max', 'min')),
-    P('keep_best_checkpoint', True, 'Keep a copy of the best checkpoint by best_metric in model_dir/best/ (never '
+    P('keep_best_checkpoint', True, 'Keep a copy of the best checkpoint by best_metric in model_dir/best/ (also '
+      'kept when early_stopping_evals or export_best need it; never '
       'deleted by keep_checkpoint_max).'),
     P('early_stopping_evals', 0, 'train_and_eval: stop after this many evaluations in a row without improvement '
       'of best_metric; 0 = off.', checks=('>= 0',)),
@@ -329,6 +337,11 @@ def check_consistency(params: Any) -> None:
     problems.append('export_moving_average=true needs moving_average_decay (e.g. 0.9999)')
   if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in params['inference_batch_sizes']):
     problems.append(f'inference_batch_sizes={params["inference_batch_sizes"]!r} must be positive integers')
+  if params['layer_decay'] is not None and params['enable_lars']:
+    problems.append('layer_decay scales each stage\'s gradients, which LARS normalises away: use layer_decay with '
+                    'the momentum optimizer (enable_lars=false)')
+  if params['freeze_batch_norm'] and params['norm_act_layer'] != 'bn_relu':
+    problems.append(f'freeze_batch_norm needs batch norm; norm_act_layer={params["norm_act_layer"]!r} has none')
   weights = params['class_weights']
   if isinstance(weights, list):
     if not weights or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights):
@@ -531,9 +544,10 @@ def _run_variant(directory: str) -> Dict[str, Any]:
       exists = tf.io.gfile.exists(path)
     else:
       exists = os.path.isfile(path)
-    if exists:
+    if exists:  # a params.yaml older than a Variant param ran with its v1.5 default
       recorded = params_dict.read_yaml_to_params_dict(path)
-      return {key: recorded[key] for key in architectures.VARIANT_PARAMS if recorded.get(key) is not None}
+      return {key: recorded[key] if recorded.get(key) is not None else architectures.VARIANT_DEFAULTS[key]
+              for key in architectures.VARIANT_PARAMS}
   return {}
 
 

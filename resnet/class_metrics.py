@@ -97,7 +97,8 @@ def image_names(batch: Dict[str, np.ndarray], start: int) -> List[str]:
   return [n.decode('utf-8', 'replace') if isinstance(n, bytes) else str(n) for n in names]
 
 
-def misclassified_path(model_dir: str, name: str, task: Optional[int] = None) -> str:
-  """model_dir/<name>_misclassified.csv; a worker other than the chief adds its index (its own shard's images)."""
-  suffix = '' if not task else f'.worker-{task}'
+def misclassified_path(model_dir: str, name: str, task: Optional[str] = None) -> str:
+  """model_dir/<name>_misclassified.csv; a task other than the chief adds its name (its own shard's images), e.g.
+  ``worker-1``, or ``worker-0`` beside a separate ``chief`` task."""
+  suffix = '' if task is None else f'.{task}'
   return os.path.join(model_dir, f'{name}_misclassified{suffix}.csv')

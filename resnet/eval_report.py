@@ -32,7 +32,7 @@ class ClassificationReport(hooks_lib.EvalHook):
     self._seen = 0
     self._misclassified = class_metrics.Misclassified(self.max_rows) if self.max_rows else None
     resolver = getattr(estimator.strategy, 'cluster_resolver', None)
-    task = None if estimator.is_chief else getattr(resolver, 'task_id', None)
+    task = None if estimator.is_chief else f'{resolver.task_type}-{resolver.task_id}'
     self._path = class_metrics.misclassified_path(estimator.model_dir, name, task)
 
   def after_batch(self, examples: Mapping[str, np.ndarray]) -> None:

@@ -10,21 +10,13 @@ normalises each layer's gradient and would undo the scale, so the two do not com
 """
 from typing import Any, List, Mapping, Optional
 
+from absl import logging
 import keras
 import tensorflow as tf
 
 HEAD_STAGE = 5
+STAGE_NAMES = ('stem', 'group 1', 'group 2', 'group 3', 'group 4', 'head')
 STAGE_ATTRIBUTE = '_resnet_stage'
-
-
-def check(params: Mapping[str, Any]) -> Optional[str]:
-  """Why the fine-tuning params do not combine, or None."""
-  if params['layer_decay'] is not None and params['enable_lars']:
-    return ('layer_decay scales gradients per stage, which LARS normalises away: use layer_decay with the momentum '
-            'optimizer (enable_lars=false)')
-  if params['freeze_batch_norm'] and params['norm_act_layer'] != 'bn_relu':
-    return f'freeze_batch_norm needs batch norm; norm_act_layer={params["norm_act_layer"]!r} has none'
-  return None
 
 
 def variable_stages(model: keras.Model) -> List[int]:
@@ -42,12 +34,13 @@ def variable_stages(model: keras.Model) -> List[int]:
   return [stages[id(v)] for v in model.trainable_variables]
 
 
-def gradient_scales(stages: List[int], step: tf.Tensor, params: Mapping[str, Any]) -> Optional[tf.Tensor]:
+def gradient_scales(model: keras.Model, step: tf.Tensor, params: Mapping[str, Any]) -> Optional[tf.Tensor]:
   """One factor per trainable variable for this step, or None when no control is on."""
   decay = params['layer_decay']
   head_only = params['train_head_only_steps']
   if decay is None and not head_only:
     return None
+  stages = variable_stages(model)
   scales = tf.constant([(decay ** (HEAD_STAGE - s)) if decay is not None else 1.0 for s in stages], tf.float32)
   if head_only:
     head = tf.constant([1.0 if s == HEAD_STAGE else 0.0 for s in stages], tf.float32)
@@ -55,10 +48,22 @@ def gradient_scales(stages: List[int], step: tf.Tensor, params: Mapping[str, Any
   return scales
 
 
-def scale(gradients: List[tf.Tensor], scales: Optional[tf.Tensor]) -> List[tf.Tensor]:
+def scale(gradients: List[Optional[tf.Tensor]], scales: Optional[tf.Tensor]) -> List[Optional[tf.Tensor]]:
   if scales is None:
     return gradients
-  return [g * tf.cast(scales[i], g.dtype) for i, g in enumerate(gradients)]
+  return [g if g is None else g * tf.cast(scales[i], g.dtype) for i, g in enumerate(gradients)]
+
+
+def log_settings(params: Mapping[str, Any]) -> None:
+  """What the controls will do, logged once when the model is built (not while tracing the step, where AutoGraph
+  would attribute the lines to TensorFlow and resnet_main's filter drops them)."""
+  decay = params['layer_decay']
+  if decay is not None:
+    factors = ', '.join(f'{name} {decay ** (HEAD_STAGE - s):.3g}' for s, name in enumerate(STAGE_NAMES))
+    logging.info('layer_decay=%g: learning-rate factor per stage: %s.', decay, factors)
+  if params['train_head_only_steps']:
+    logging.info('train_head_only_steps=%d: only the classifier head learns before step %d.',
+                 params['train_head_only_steps'], params['train_head_only_steps'])
 
 
 def freeze_batch_norm_statistics(model: keras.Model) -> int:

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from params import params_dict
 from params import resnet_config
+from resnet import architectures
 from resnet.estimator import files
 
 PARAMS_FILE = 'params.yaml'
@@ -33,9 +34,17 @@ def _read_saved(path: str) -> Optional[Dict[str, Any]]:
   return {resnet_config.ALIASES.get(key, key): value for key, value in saved.items()}
 
 
+def _saved_value(saved: Mapping[str, Any], key: str) -> Any:
+  """A key the run's params.yaml predates had the value that computed as before: the v1.5 architecture for the
+  Variant params (stride_in_1x1, ...), else the default."""
+  if key in saved:
+    return saved[key]
+  return architectures.VARIANT_DEFAULTS.get(key, resnet_config.RESNET_CFG.get(key))
+
+
 def _differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> List[Tuple[str, Any, Any]]:
-  return [(k, saved.get(k), current.get(k)) for k in sorted(set(saved) | set(current))
-          if k in current and saved.get(k) != current.get(k)]
+  return [(k, _saved_value(saved, k), current.get(k)) for k in sorted(set(saved) | set(current))
+          if k in current and _saved_value(saved, k) != current.get(k)]
 
 
 def check_and_record(params: Any, record: bool) -> None:

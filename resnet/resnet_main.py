@@ -59,6 +59,9 @@ Params = params_dict.ParamsDict
 
 # ------------------------------------------------------------------------------------------------ modes
 def train(estimator: Estimator, params: Params) -> None:
+  if params.export_best:
+    raise ValueError('export_best=true needs evaluations to pick the best checkpoint: use mode=train_and_eval, or '
+                     'export the best of a finished run with --mode=export --export_best=true.')
   warm_start_if_new(estimator, params)
   source = input_source(params, 'train')
   advise_on_recipe(params)
@@ -158,7 +161,7 @@ def export_only(estimator: Estimator, params: Params) -> Optional[str]:
                               'at a trained run, or give --resnet_checkpoint to export those weights as they are.')
     warm_start_if_new(estimator, params)
     logging.info('Saved the warm-started weights as %s.', estimator.save())
-  return export(estimator, params, best_checkpoint(estimator, params) if params.export_best else None)
+  return export(estimator, params)
 
 
 MODES = {'train': train, 'train_and_eval': train_and_eval, 'eval': evaluate, 'predict': predict,
@@ -248,7 +251,10 @@ def export(estimator: Estimator, params: Params,
     return None
   checkpoint = None
   if params.export_best:
-    checkpoint = best.checkpoint_path if best is not None else None
+    if best is None:  # reading only: another job may be updating best/
+      best = best_checkpoint_lib.BestCheckpoint(params.model_dir, params.best_metric, params.best_metric_goal,
+                                                writer=False)
+    checkpoint = best.checkpoint_path
     if checkpoint is None:
       raise ValueError(f'export_best=true but {params.model_dir}/best/ holds no checkpoint: it is kept by '
                        'train_and_eval (and continuous eval); use mode=train_and_eval, or export_best=false.')

@@ -217,7 +217,12 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
   (biased) one. Masks, renorm, synchronized BN and non-4D inputs fall back to Keras' implementation.
   """
 
+  # Set by fine_tuning.freeze_batch_norm_statistics: inference mode in training too (gamma and beta still learn).
+  frozen_statistics = False
+
   def call(self, inputs, training=None, mask=None):
+    if self.frozen_statistics:
+      training = False
     rank = len(inputs.shape)
     axis = (self.axis if isinstance(self.axis, int) else self.axis[0]) % max(rank, 1)
     if (mask is not None or self.renorm or self.synchronized or rank != 4 or axis not in (1, 3)
@@ -448,6 +453,7 @@ class _Builder:
     self.num_bns = 0
     self.num_evonorms = 0
     self.num_tf1_layers = 0
+    self.stage = 0  # 0 stem, 1-4 block groups, 5 head: stamped on each layer (fine_tuning.py's layer decay)
 
   @staticmethod
   def _tf1_name(base: str, index: int) -> str:
@@ -455,6 +461,7 @@ class _Builder:
 
   def _register(self, layer: keras.layers.Layer) -> keras.layers.Layer:
     layer._tf1_creation_rank = self.num_tf1_layers  # pylint: disable=protected-access
+    layer._resnet_stage = self.stage  # pylint: disable=protected-access
     self.num_tf1_layers += 1
     return layer
 
@@ -739,6 +746,7 @@ def resnet(resnet_depth: int,
                                   data_format=data_format, dtype=b.dtype, name='initial_max_pool')(x)
 
   for group, (filters, strides, blocks) in enumerate(zip(GROUP_FILTERS, GROUP_STRIDES, spec.blocks), start=1):
+    b.stage = group
     rate = drop_connect_rate_for_group(drop_connect_rate, group)
     for block in range(blocks):
       projection = block == 0 and b.projects(x, filters * spec.expansion, strides)
@@ -751,6 +759,7 @@ def resnet(resnet_depth: int,
   x = keras.layers.GlobalAveragePooling2D(data_format=data_format, dtype='float32', name='final_avg_pool')(x)
   if dropout_rate:
     x = Dropout(dropout_rate, dtype='float32', name='dropout')(x)
+  b.stage = len(GROUP_FILTERS) + 1
   dense = b._register(keras.layers.Dense(  # pylint: disable=protected-access
       num_classes, kernel_initializer=keras.initializers.RandomNormal(stddev=0.01), bias_initializer='zeros',
       dtype='float32', name='dense'))

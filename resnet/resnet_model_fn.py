@@ -12,11 +12,13 @@ Everything inside the replica step is TPU-clean: numeric dtypes only (no float64
 import contextlib
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
+from absl import logging
 import keras
 import tensorflow as tf
 
 from official_input import resnet_preprocessing
 from resnet import ema as ema_lib
+from resnet import fine_tuning
 from resnet import lr_schedules
 from resnet import mixing
 from resnet import optimizers
@@ -32,6 +34,15 @@ def dtype_policy(precision: str) -> str:
 
 
 def build_model(params: Mapping[str, Any]) -> keras.Model:
+  model = _build_resnet(params)
+  fine_tuning.log_settings(params)
+  if params['freeze_batch_norm']:
+    frozen = fine_tuning.freeze_batch_norm_statistics(model)
+    logging.info('freeze_batch_norm: %d batch-norm layers keep their moving statistics while training.', frozen)
+  return model
+
+
+def _build_resnet(params: Mapping[str, Any]) -> keras.Model:
   return resnet_model.resnet(
       resnet_depth=params['resnet_depth'],
       num_classes=params['num_label_classes'],
@@ -94,7 +105,8 @@ def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
 
 
 def _per_example_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
-  """Cross-entropy against (soft) targets [B, K]: label-smoothed one-hots, mixed by mixup/CutMix in training."""
+  """Cross-entropy against (soft) targets [B, K]: label-smoothed one-hots, scaled by class weights and mixed by
+  mixup/CutMix in training. Not normalised: targets summing to w give w times the loss."""
   return keras.losses.categorical_crossentropy(targets, logits, from_logits=True)
 
 
@@ -112,14 +124,6 @@ def class_weight_vector(params: Mapping[str, Any]) -> Optional[tf.Tensor]:
                      f'class) before the model is built; got {weights!r}. resnet_config.make_params resolves '
                      f"'balanced' from data_dir/summary.json.")
   return tf.constant(weights, tf.float32)
-
-
-def _loss_sum(logits: tf.Tensor, targets: tf.Tensor, weighted: bool) -> tf.Tensor:
-  """The batch's summed cross-entropy. With class weights, the targets' last column is each example's weight:
-  carried through mixup/CutMix beside the labels, it is mixed with the same lambda (lam w_a + (1 - lam) w_b)."""
-  if not weighted:
-    return tf.reduce_sum(_per_example_loss(logits, targets))
-  return tf.reduce_sum(_per_example_loss(logits, targets[:, :-1]) * targets[:, -1])
 
 
 def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
@@ -201,9 +205,10 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   optimizer.learning_rate.assign(lr)
   targets = _targets(labels, params)
   class_weights = class_weight_vector(params)
-  weighted = class_weights is not None
-  if weighted:
-    targets = tf.concat([targets, tf.gather(class_weights, labels)[:, None]], axis=1)
+  if class_weights is not None:
+    # Cross-entropy is linear in its targets: scaling an example's targets by its class weight scales its loss,
+    # and mixup/CutMix then give lam * w_a * CE_a + (1 - lam) * w_b * CE_b, the weighted loss of each source.
+    targets = targets * tf.gather(class_weights, labels)[:, None]
   mix = mixing.MixConfig.from_params(params)
   if mix.enabled:
     images, targets = mixing.mix(images, targets, mix, mixing.mix_seed(step, params['random_seed']))
@@ -220,15 +225,17 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   variables = model.trainable_variables
   accumulate = params['gradient_accumulation_steps']
   if accumulate > 1:
-    loss, gradients = _accumulated_gradients(model, variables, images, targets, accumulate, scaled_loss, weighted)
+    loss, gradients = _accumulated_gradients(model, variables, images, targets, accumulate, scaled_loss)
   else:
     with tf.GradientTape() as tape:
       logits = model(images, training=True)
-      loss, scaled = scaled_loss(_loss_sum(logits, targets, weighted), with_decay=True)
+      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(logits, targets)), with_decay=True)
     gradients = tape.gradient(scaled, variables)
   # Summed here, before a loss-scale optimizer looks at them: every replica then judges the same gradients
   # finite or not, and applies or skips the step together.
   gradients = optimizers.sum_over_replicas(gradients)
+  # Head-only steps and layer-wise decay: constant factors per variable (fine_tuning.py says why that is exact).
+  gradients = fine_tuning.scale(gradients, fine_tuning.gradient_scales(model, step, params))
   optimizer.apply_gradients(zip(gradients, variables))
   ema = moving_average(scope)
   if ema is not None:
@@ -238,7 +245,7 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
 
 
 def _accumulated_gradients(model: keras.Model, variables: List[tf.Variable], images: tf.Tensor, targets: tf.Tensor,
-                           steps: int, scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]], weighted: bool
+                           steps: int, scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
                            ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
   """The replica's batch in ``steps`` micro-batches, one after another (a while loop: one micro-batch's activations
   in memory at a time), their gradients summed, and the weight decay's added once: the same gradients as one
@@ -254,7 +261,7 @@ def _accumulated_gradients(model: keras.Model, variables: List[tf.Variable], ima
     x = tf.slice(images, [start, 0, 0, 0], [micro, -1, -1, -1])
     y = tf.slice(targets, [start, 0], [micro, -1])
     with tf.GradientTape() as tape:
-      loss, scaled = scaled_loss(_loss_sum(model(x, training=True), y, weighted), with_decay=False)
+      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(model(x, training=True), y)), with_decay=False)
     gradients = tape.gradient(scaled, variables)
     return i + 1, loss_sum + loss, [_plus(s, g) for s, g in zip(gradient_sums, gradients)]
 

@@ -192,3 +192,26 @@ def test_a_vanished_checkpoint_is_not_kept(tmp_path):
   for path in tmp_path.glob('model.ckpt-1.*'):
     path.unlink()
   assert not best.update(results) and best.checkpoint_path is None
+
+
+def test_opening_best_by_another_metric_or_as_a_reader_deletes_nothing(tmp_path):
+  (tmp_path / 'params.yaml').write_text('resnet_depth: 50\nstride_in_1x1: true\n')
+  best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy').update(_results(tmp_path, 1, 0.5))
+  best_dir = tmp_path / 'best'
+  kept = sorted(os.listdir(best_dir))
+  assert 'params.yaml' in kept   # a warm start from best/ builds the run's architecture
+  reader = best_checkpoint.BestCheckpoint(str(tmp_path), 'loss', writer=False)   # e.g. --mode=export
+  assert reader.checkpoint_path == str(best_dir / 'model.ckpt-1') and reader.metric == 'top_1_accuracy'
+  by_loss = best_checkpoint.BestCheckpoint(str(tmp_path), 'loss')
+  assert by_loss.checkpoint_path is None and sorted(os.listdir(best_dir)) == kept   # replaced only on a new best
+  by_loss.update(_results(tmp_path, 2, 0.4, loss=0.9))
+  assert json.loads((best_dir / 'eval_results.json').read_text())['best_metric'] == 'loss'
+  assert 'model.ckpt-1.index' not in os.listdir(best_dir)
+
+
+def test_a_step_saved_but_not_evaluated_is_noticed_on_resume(tmp_path):
+  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  best.update(_results(tmp_path, 2, 0.5))
+  best.update(_results(tmp_path, 4, 0.4))
+  resumed = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  assert not resumed.needs_evaluation(4) and resumed.needs_evaluation(6)

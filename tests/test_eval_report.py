@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from resnet import eval_report
+from resnet import mixing
 from resnet import resnet_model_fn
 from resnet.estimator import best_checkpoint
 from tests.helpers import tiny
@@ -138,3 +139,33 @@ def test_early_stopping_after_evals_without_improvement_and_a_resumed_run_keeps_
   assert best.evals_without_improvement == 2
   resumed, best_again = run()                                     # the same command again: stops at once
   assert int(resumed.global_step.numpy()) == 3 and best_again.value == best.value
+
+
+def test_class_weights_with_mixup_weigh_each_source_of_a_mixed_example(tmp_path):
+  """Each mixed example's loss is lam * w_a * CE_a + (1 - lam) * w_b * CE_b: the weighted loss of both sources
+  (not their mixed weight times the mixed cross-entropy)."""
+  params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=8, num_train_images=64,
+                              weight_decay=0.0, class_weights=CLASS_WEIGHTS, train_steps=1, mixup_alpha=1.0,
+                              random_seed=5)
+  keras.utils.set_random_seed(4)
+  estimator = tiny.resnet_estimator(params)
+  estimator.build('train')
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  one_hot = tf.one_hot(TRAIN_LABELS, CLASSES)
+  images, mixed = mixing.mix(tf.constant(TRAIN_IMAGES), one_hot, mixing.MixConfig(mixup_alpha=1.0),
+                             mixing.mix_seed(tf.constant(0, tf.int64), 5))
+  sources = TRAIN_LABELS[::-1]
+  i = int(np.flatnonzero(TRAIN_LABELS != sources)[0])
+  lam = float(mixed[i, TRAIN_LABELS[i]])
+  assert 0.05 < lam < 0.95, lam   # a real mix, or the test would not tell the two formulas apart
+  logits = model(images, training=True)
+  ce = lambda labels: keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True).numpy()
+  weights = np.array(CLASS_WEIGHTS)
+  expected = float(np.sum(lam * weights[TRAIN_LABELS] * ce(TRAIN_LABELS)
+                          + (1 - lam) * weights[sources] * ce(sources)) / 8)
+  mixed_weight_times_mixed_loss = float(np.sum(
+      (lam * weights[TRAIN_LABELS] + (1 - lam) * weights[sources])
+      * (lam * ce(TRAIN_LABELS) + (1 - lam) * ce(sources))) / 8)
+  assert abs(mixed_weight_times_mixed_loss - expected) > 1e-3 * expected
+  loss = estimator.train(_train_input, max_steps=1)['loss']
+  assert loss == pytest.approx(expected, rel=1e-5)

@@ -72,6 +72,22 @@ def test_a_run_recorded_under_the_reference_names_resumes_without_a_change(tmp_p
   assert not os.path.exists(os.path.join(model_dir, model_dir_lib.HISTORY_DIR))
 
 
+def test_a_run_recorded_before_the_architecture_params_resumes_and_keeps_its_architecture(tmp_path):
+  """params.yaml written before stride_in_1x1, stem_pool_padding, ... existed: that run computed the v1.5 defaults."""
+  model_dir = str(tmp_path)
+  model_dir_lib.check_and_record(_params(model_dir), record=True)
+  path = os.path.join(model_dir, 'params.yaml')
+  old = ''.join(line for line in open(path) if not line.startswith(
+      ('stride_in_1x1:', 'stem_pool_padding:', 'input_normalization:', 'projection_shortcut:')))
+  open(path, 'w').write(old)
+  (tmp_path / 'checkpoint').write_text('model_checkpoint_path: "model.ckpt-1"\n')
+  (tmp_path / 'model.ckpt-1.index').write_text('')
+  resumed = _params(model_dir)
+  assert (resumed.stride_in_1x1, resumed.stem_pool_padding, resumed.input_normalization) == (False, 'same',
+                                                                                              'imagenet')
+  model_dir_lib.check_and_record(resumed, record=True)   # no ModelDirMismatch
+
+
 def test_a_model_change_without_checkpoints_is_allowed_and_kept(tmp_path):
   model_dir = str(tmp_path)
   model_dir_lib.check_and_record(_params(model_dir, resnet_depth=18), record=True)

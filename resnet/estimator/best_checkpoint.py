@@ -4,11 +4,14 @@ It lives beside, not among, the rolling checkpoints that ``keep_checkpoint_max``
 checkpoint directory (``ckpt-N.index``, ``ckpt-N.data-*``, ``checkpoint``), so ``eval_checkpoint=<model_dir>/best``
 and warm starts read it like any other, plus ``eval_results.json``: the results that made it the best.
 
-Atomic without directory renames (object stores have none): the new checkpoint's files are copied in under their
-own names, each file atomically; then ``eval_results.json``, written atomically, is the commit point; then the
+Atomic without directory renames (object stores have none): the new checkpoint's files (and the run's
+params.yaml, so that a warm start from ``best/`` builds the same architecture) are copied in under their own
+names, each file atomically; then ``eval_results.json``, written atomically, is the commit point; then the
 ``checkpoint`` pointer and the removal of the previous files follow. Opening a ``best/`` that a crash left
-half-updated finishes or undoes the update from ``eval_results.json``. ``progress.json`` counts evaluations without
-improvement, so that a resumed run stops early at the same point as an uninterrupted one.
+half-updated, as its writer, finishes or undoes the update from ``eval_results.json``; a reader (export) never
+changes it. ``progress.json`` counts evaluations without improvement and records the last evaluated step, so that a
+resumed run evaluates a checkpoint its predecessor saved but did not evaluate, and stops early where an
+uninterrupted run would.
 """
 import json
 import math
@@ -23,6 +26,7 @@ from resnet.estimator import files
 BEST_DIR = 'best'
 RESULTS_FILE = 'eval_results.json'
 PROGRESS_FILE = 'progress.json'
+PARAMS_FILE = 'params.yaml'
 GOALS = ('auto', 'max', 'min')
 
 
@@ -36,16 +40,20 @@ def metric_goal(metric: str, goal: str = 'auto') -> str:
 
 
 class BestCheckpoint:
-  """Tracks and keeps the best checkpoint by ``metric``. Only a ``writer`` (the chief) touches the files; every
-  worker keeps the same count (the results are the same on all), so they agree on when to stop early."""
+  """Tracks and keeps the best checkpoint by ``metric``. Only a ``writer`` (the chief of the job that evaluates)
+  touches the files; every worker keeps the same count (the results are the same on all), so they agree on when
+  to stop early."""
 
   def __init__(self, model_dir: str, metric: str, goal: str = 'auto', writer: bool = True):
+    self.model_dir = model_dir
     self.directory = os.path.join(model_dir, BEST_DIR)
     self.metric = metric
     self.goal = metric_goal(metric, goal)
     self.writer = writer
     self.best: Optional[Dict[str, Any]] = None
+    self._committed: Optional[Dict[str, Any]] = None  # what best/ holds now, whatever metric chose it
     self.evals_without_improvement = 0
+    self.last_evaluated_step = -1
     self._open()
 
   # ------------------------------------------------------------------------------------------------ reading
@@ -61,15 +69,19 @@ class BestCheckpoint:
         return None
 
   def _open(self) -> None:
-    best = self._read_json(RESULTS_FILE)
-    if best is not None and best.get('best_metric') != self.metric:
-      logging.warning('%s holds the best checkpoint by %s, not best_metric=%s: the next evaluation replaces it.',
-                      self.directory, best.get('best_metric'), self.metric)
+    best = self._committed = self._read_json(RESULTS_FILE)
+    if best is not None and not self.writer:  # a reader takes what best/ holds, whichever metric chose it
+      self.metric, self.goal = best.get('best_metric', self.metric), best.get('best_metric_goal', self.goal)
+    if best is not None and (best.get('best_metric'), best.get('best_metric_goal')) != (self.metric, self.goal):
+      logging.warning('%s holds the best checkpoint by %s (%s), not best_metric=%s (%s): the next evaluation replaces '
+                      'it.', self.directory, best.get('best_metric'), best.get('best_metric_goal'), self.metric,
+                      self.goal)
       best = None
     self.best = best
     progress = self._read_json(PROGRESS_FILE) or {}
     if best is not None and progress.get('best_step') == best.get('global_step'):
       self.evals_without_improvement = int(progress.get('evals_without_improvement', 0))
+      self.last_evaluated_step = int(progress.get('last_evaluated_step', best['global_step']))
     if self.writer and tf.io.gfile.isdir(self.directory):
       self._tidy()
     if best is not None:
@@ -78,9 +90,9 @@ class BestCheckpoint:
 
   def _tidy(self) -> None:
     """Makes the pointer agree with eval_results.json and removes files of any other checkpoint (a crash's)."""
-    keep = {RESULTS_FILE, PROGRESS_FILE}
-    if self.best is not None:
-      name = self.best['best_checkpoint']
+    keep = {RESULTS_FILE, PROGRESS_FILE, PARAMS_FILE}
+    if self._committed is not None:
+      name = self._committed['best_checkpoint']
       files.atomic_write(os.path.join(self.directory, 'checkpoint'),
                          f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
       keep.add('checkpoint')
@@ -114,6 +126,7 @@ class BestCheckpoint:
       raise ValueError(f'best_metric={self.metric!r} is not a metric of this evaluation; it reports: '
                        f'{", ".join(numeric)}.')
     value = float(results[self.metric])
+    self.last_evaluated_step = int(results['global_step'])
     source = results.get('checkpoint') or ''
     name = os.path.basename(source)
     record = {**results, 'best_metric': self.metric, 'best_metric_goal': self.goal, 'best_checkpoint': name,
@@ -133,7 +146,8 @@ class BestCheckpoint:
                      self.metric, value, self.value, self.best['global_step'], self.evals_without_improvement)
     if self.writer and self.best is not None:
       files.atomic_write(os.path.join(self.directory, PROGRESS_FILE), json.dumps({
-          'best_step': self.best['global_step'], 'evals_without_improvement': self.evals_without_improvement}))
+          'best_step': self.best['global_step'], 'evals_without_improvement': self.evals_without_improvement,
+          'last_evaluated_step': self.last_evaluated_step}))
     return improved
 
   def _keep(self, source: str, record: Dict[str, Any]) -> bool:
@@ -144,6 +158,9 @@ class BestCheckpoint:
       if not any(s.endswith('.index') for s in sources):
         raise tf.errors.NotFoundError(None, None, f'{source}.index')
       tf.io.gfile.makedirs(self.directory)
+      run_params = os.path.join(self.model_dir, PARAMS_FILE)
+      if tf.io.gfile.exists(run_params):
+        sources = sources + [run_params]
       for path in sources:
         target = os.path.join(self.directory, os.path.basename(path))
         tmp = files.temp_path(target)
@@ -154,9 +171,13 @@ class BestCheckpoint:
                       self.checkpoint_path)
       return False
     files.atomic_write(os.path.join(self.directory, RESULTS_FILE), json.dumps(record, indent=2, sort_keys=True))
-    self.best = record
+    self.best = self._committed = record
     self._tidy()
     return True
+
+  def needs_evaluation(self, step: int) -> bool:
+    """Whether ``step`` (a resumed run's checkpoint) was saved but never evaluated, e.g. by a preempted run."""
+    return self.best is not None and step > self.last_evaluated_step
 
   def should_stop(self, patience: int) -> bool:
     """True after ``patience`` (> 0) evaluations in a row without improvement."""

@@ -300,8 +300,9 @@ class Estimator:
           acc = totals.setdefault(key, [0.0, 0.0])
           acc[0] += float(s)
           acc[1] += float(w)
-        for key, value in batch_sums.items():
-          sums[key] = sums[key] + value.numpy() if key in sums else value.numpy()
+        for key, value in batch_sums.items():  # float64 on the host: exact counts past 2**24
+          value = value.numpy().astype(np.float64)
+          sums[key] = sums[key] + value if key in sums else value
         if hooks:
           batch = self._local_examples(examples)
           for hook in hooks:
@@ -347,6 +348,9 @@ class Estimator:
     self._prepare_training(train_input_fn)
     step = int(self.global_step.numpy())
     results: Dict[str, Any] = {}
+    if best is not None and best.needs_evaluation(step):  # a preempted run saved this step but did not evaluate it
+      results = self.evaluate(eval_input_fn, weights=eval_weights, hooks=eval_hooks)
+      best.update(results)
     while step < max_steps:
       if best is not None and best.should_stop(early_stopping_evals):
         logging.info('Early stopping at step %d: %d evaluations without improvement of %s. The best checkpoint '
