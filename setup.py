@@ -25,7 +25,9 @@ setup(
         "safetensors>=0.4",
     ],
     extras_require={
-        "test": ["pytest>=8"],
+        # pytest-xdist: `make test` runs two test files at a time (--dist loadfile keeps each file's shared runs
+        # in one process); most tests wait on TF start-up and single-threaded tracing, so 2 cores do twice the work.
+        "test": ["pytest>=8", "pytest-xdist>=3.5"],
     },
     entry_points={
         "console_scripts": [

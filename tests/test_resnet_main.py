@@ -22,7 +22,7 @@ TINY = ['--resnet_depth=18', '--image_size=32', '--num_label_classes=4', '--prec
 def run_main(*args, cwd=ROOT, module=True, timeout=300, user_env=False):
   """``user_env``: the environment a user has (no TF_CPP_MIN_LOG_LEVEL: resnet_main's own default applies)."""
   entry = ['-m', 'resnet.resnet_main'] if module else ['resnet/resnet_main.py']
-  env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+  env = {k: v for k, v in os.environ.items() if k not in ('TF_CPP_MIN_LOG_LEVEL', 'TF_CONFIG')}
   if not user_env:
     env['TF_CPP_MIN_LOG_LEVEL'] = '2'
   proc = subprocess.run([sys.executable, *entry, *args], cwd=cwd, capture_output=True, text=True,

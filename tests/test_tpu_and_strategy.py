@@ -23,7 +23,10 @@ TPU_ENV_VARS = ('TPU_NAME', 'COLAB_TPU_ADDR', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS',
 def no_cluster_env(monkeypatch):
   for var in TPU_ENV_VARS + ('TF_CONFIG',):
     monkeypatch.delenv(var, raising=False)
-  return monkeypatch
+  yield monkeypatch
+  # configure_cluster writes TF_CONFIG itself, not through monkeypatch: left set, every later resnet_main
+  # subprocess of this test process would wait for a cluster that does not exist.
+  os.environ.pop('TF_CONFIG', None)
 
 
 # ------------------------------------------------------------------------------------------------ selection
