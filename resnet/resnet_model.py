@@ -59,6 +59,8 @@ STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)  # Keras applications' 'caffe' preprocessing, in BGR order
 
 GROUP_FILTERS = (64, 128, 256, 512)
+# Each layer's stage (0 stem, 1-4 block groups, 5 head), stamped by resnet(): fine_tuning.py's layer decay.
+STAGE_ATTRIBUTE = '_resnet_stage'
 GROUP_STRIDES = (1, 2, 2, 2)
 STEM_FILTERS = 64
 RESNETD_STEM_FILTERS = (32, 32, 64)  # use_resnetd_stem: three 3x3 convs, the first strided
@@ -461,7 +463,7 @@ class _Builder:
 
   def _register(self, layer: keras.layers.Layer) -> keras.layers.Layer:
     layer._tf1_creation_rank = self.num_tf1_layers  # pylint: disable=protected-access
-    layer._resnet_stage = self.stage  # pylint: disable=protected-access
+    setattr(layer, STAGE_ATTRIBUTE, self.stage)
     self.num_tf1_layers += 1
     return layer
 

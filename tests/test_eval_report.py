@@ -20,15 +20,8 @@ SIZE = 32
 CLASSES = 3
 
 
-def _two_replicas():
-  devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
-  if len(devices) < 2:
-    pytest.skip('needs 2 logical CPU devices')
-  return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
 def _strategy(replicas):
-  return _two_replicas() if replicas == 2 else None
+  return tiny.two_replicas() if replicas == 2 else None
 
 
 def _images(n, seed):

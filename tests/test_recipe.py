@@ -40,18 +40,9 @@ def _one_update(model_dir, accumulate, strategy=None, **overrides):
   return before, [w.numpy().copy() for w in model.trainable_weights]
 
 
-def _two_replicas():
-  devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
-  if len(devices) < 2:
-    pytest.skip('needs 2 logical CPU devices')
-  # Reduction through one device, not collectives: collective instance keys are process-global, and another
-  # test's strategy in this process would clash with this one's.
-  return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
 @pytest.mark.parametrize('replicas', [1, 2])
 def test_accumulated_micro_batches_make_the_same_update_as_one_batch(tmp_path, replicas):
-  strategy = _two_replicas() if replicas == 2 else None
+  strategy = tiny.two_replicas() if replicas == 2 else None
   before, whole = _one_update(tmp_path / 'k1', 1, strategy)
   same_start, accumulated = _one_update(tmp_path / 'k2', 2 if replicas == 2 else 4, strategy)  # micro-batch: 2
   for a, b in zip(before, same_start):

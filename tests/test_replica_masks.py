@@ -4,14 +4,7 @@ import pytest
 import tensorflow as tf
 
 from resnet import resnet_model
-
-
-def _two_replicas():
-  devices = tf.config.list_logical_devices('CPU')
-  if len(devices) < 2:
-    pytest.skip('needs two logical CPU devices (set up in conftest before TF initialises)')
-  return tf.distribute.MirroredStrategy([d.name for d in devices[:2]],
-                                        cross_device_ops=tf.distribute.ReductionToOneDevice())
+from tests.helpers import tiny
 
 
 @pytest.mark.parametrize('make_layer, shape', [
@@ -19,7 +12,7 @@ def _two_replicas():
     (lambda: resnet_model.Dropout(0.5, seed=3, name='dropout'), (64, 16)),
 ])
 def test_each_replica_draws_its_own_mask_and_a_seed_repeats_them(make_layer, shape):
-  strategy = _two_replicas()
+  strategy = tiny.two_replicas()
 
   def masks():
     with strategy.scope():

@@ -1,6 +1,7 @@
 """Tiny ResNet runs in-process: complete params (defaults + small sizes) and an Estimator over resnet_model_fn."""
 from typing import Any, Mapping, Optional
 
+import pytest
 import tensorflow as tf
 
 from params import params_dict
@@ -20,3 +21,13 @@ def resnet_params(model_dir: str, **overrides: Any) -> params_dict.ParamsDict:
 
 def resnet_estimator(params: Mapping[str, Any], strategy: Optional[tf.distribute.Strategy] = None) -> Estimator:
   return Estimator(resnet_model_fn.resnet_model_fn, RunConfig.from_params(params), params, strategy)
+
+
+def two_replicas() -> tf.distribute.MirroredStrategy:
+  """MirroredStrategy over the 2 logical CPU devices conftest sets up (skips without them). Reduction through one
+  device, not collectives: collective instance keys are process-global, and another test's strategy in this
+  process would clash with this one's."""
+  devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
+  if len(devices) < 2:
+    pytest.skip('needs 2 logical CPU devices (set up in conftest before TensorFlow initialises)')
+  return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
