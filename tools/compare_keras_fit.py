@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 if __package__ in (None, ''):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # hide TensorFlow's C++ banner; absl logs stay
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')  # as resnet_main: oneDNN on AVX2-only CPUs too
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position

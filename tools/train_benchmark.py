@@ -42,6 +42,7 @@ import sys
 from typing import Sequence, Tuple
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # hide TensorFlow's C++ banner; absl logs stay
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')  # as resnet_main: oneDNN on AVX2-only CPUs too
 if __name__ == '__main__' and __package__ in (None, ''):  # `python tools/train_benchmark.py`: import from the root
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
