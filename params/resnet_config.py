@@ -159,6 +159,10 @@ PARAMS: Tuple[Param, ...] = (
     P('class_weights', None, "Weight of each class in the training loss: 'balanced' (n_images / (n_classes x "
       "n_class) from data_dir/summary.json's train counts) or a list, one per model class; unset = all 1. Eval "
       'is unweighted.', list, words=('balanced',)),
+    P('class_weight_normalization', 'batch_size', "How the class-weighted loss is averaged: 'batch_size' = "
+      "sum(w x CE) / global batch (Keras fit's sample weights), 'weight_sum' = sum(w x CE) / sum(w) over the global "
+      "batch (PyTorch's CrossEntropyLoss(weight=...)). Without class_weights both are the mean.",
+      choices=('batch_size', 'weight_sum')),
     P('mixup_alpha', 0.0, 'Mixup: each training batch blended with itself reversed, by lambda ~ Beta(a, a) '
       '(e.g. 0.2); 0 = off.', checks=('>= 0',)),
     P('cutmix_alpha', 0.0, 'CutMix: a box of the reversed batch pasted in, area ~ Beta(a, a) (e.g. 1.0); 0 = off. '
@@ -218,6 +222,9 @@ PARAMS: Tuple[Param, ...] = (
     P('eval_checkpoint', None, 'Eval mode: evaluate this one checkpoint (prefix or directory) once and exit.',
       str),
     P('stop_on_nan', True, 'Stop training when the loss becomes NaN or Inf.'),
+    P('on_divergence', 'stop', 'When the training cross-entropy explodes after the warm-up (3x that of a uniform '
+      'guess, or back above it after reaching half of it, for 2 loops in a row): stop (an error, no export; '
+      'checkpoints kept), warn, or off.', choices=('stop', 'warn', 'off')),
     # --- warm start, export, predict ---
     P('resnet_checkpoint', None, 'Warm start from this checkpoint (prefix or directory), e.g. ImageNet weights '
       'for fine-tuning; applies to a new model_dir only.', str),

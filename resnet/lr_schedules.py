@@ -39,6 +39,15 @@ def _warmup_steps(params: Mapping[str, Any]) -> float:
   return params['lr_warmup_epochs'] * params_steps_per_epoch(params)
 
 
+def warmup_steps(params: Mapping[str, Any]) -> float:
+  """Steps until the schedule first reaches its peak, whichever schedule ``params`` pick (LARS's own included)."""
+  if params['enable_lars']:
+    return lars_peak_and_warmup(params['train_batch_size'])[1] * params_steps_per_epoch(params)
+  if params['lr_schedule'] == 'exponential':
+    return params['lr_rampup_epochs'] * params_steps_per_epoch(params)
+  return _warmup_steps(params)
+
+
 def learning_rate(step: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
   """The learning rate at global ``step`` (any numeric tensor): LARS's own with ``enable_lars``, else
   ``params['lr_schedule']``."""

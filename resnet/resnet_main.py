@@ -11,6 +11,7 @@ import contextlib
 import csv
 import json
 import logging as py_logging
+import math
 import os
 import re
 import sys
@@ -43,6 +44,7 @@ from params import params_dict
 from params import resnet_config
 from resnet import class_metrics
 from resnet import determinism
+from resnet import lr_schedules
 from resnet import model_dir as model_dir_lib
 from resnet import resnet_flags
 from resnet import resnet_model_fn
@@ -221,10 +223,32 @@ def make_hooks(params: Params, estimator: Estimator,
       hooks_lib.CounterLogger('records lost to damaged shards', lambda: train_source.lost_records)]
   if params.stop_on_nan:
     hooks.append(hooks_lib.NanGuard())
+  if params.on_divergence != 'off':
+    hooks.append(divergence_guard(params))
   profiler = profiling.make_profiler_hook(params) if estimator.is_chief else None
   if profiler is not None:
     hooks.append(profiler)
   return hooks
+
+
+def divergence_guard(params: Params) -> hooks_lib.DivergenceGuard:
+  """Watches the cross-entropy (the loss less weight decay) against a uniform guess: ln(classes), times the class
+  weights' mean where they scale the loss (class_weight_normalization=batch_size)."""
+  weights = params.class_weights
+  scale = 1.0
+  if weights and params.class_weight_normalization == 'batch_size':
+    scale = max(1.0, sum(weights) / len(weights))
+  fixes = [f'a lower base_learning_rate (now {params.base_learning_rate:g})']
+  if weights:
+    fixes.append('milder class_weights or class_weight_normalization=weight_sum')
+  if params.precision != 'float32':
+    fixes.append(f'precision=float32 (now {params.precision})')
+  stop = params.on_divergence == 'stop'
+  advice = (f'The checkpoints saved so far are kept{"; nothing is exported" if stop else ""}. Try '
+            f'{", ".join(fixes)}; on_divergence=warn lets a run go on.')
+  chance = math.log(max(params.num_label_classes, 2)) * scale
+  return hooks_lib.DivergenceGuard(chance, lr_schedules.warmup_steps(params), stop=stop,
+                                   key=resnet_model_fn.CROSS_ENTROPY, advice=advice)
 
 
 def eval_weights(estimator: Estimator):
@@ -437,7 +461,7 @@ def main(argv: Any) -> None:
     logging.warning('%s', e)
     print(e)
     return
-  except (hooks_lib.NonFiniteLossError, FileNotFoundError, files.WriteError, model_dir_lib.ModelDirMismatch,
+  except (hooks_lib.DivergenceError, FileNotFoundError, files.WriteError, model_dir_lib.ModelDirMismatch,
           run_lock.ModelDirLocked, RuntimeError, ValueError) as e:
     logging.error('%s', e)
     sys.exit(f'error: {e}')

@@ -26,6 +26,8 @@ from resnet import resnet_model
 from resnet.estimator.spec import EstimatorSpec, ModeKeys, ObjectScope, RunParams, ServingInput
 
 MODEL, OPTIMIZER = 'model', 'optimizer'
+# The training loss's data term (the loss without weight decay), a train scalar: what the divergence check reads.
+CROSS_ENTROPY = 'cross_entropy'
 
 
 def dtype_policy(precision: str) -> str:
@@ -105,9 +107,15 @@ def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
 
 
 def _per_example_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
-  """Cross-entropy against (soft) targets [B, K]: label-smoothed one-hots, scaled by class weights and mixed by
-  mixup/CutMix in training. Not normalised: targets summing to w give w times the loss."""
-  return keras.losses.categorical_crossentropy(targets, logits, from_logits=True)
+  """Cross-entropy ``-sum(targets * log_softmax(logits))`` against (soft) targets [B, K]: label-smoothed one-hots,
+  scaled by class weights and mixed by mixup/CutMix in training. Targets summing to w give w times the loss, and
+  w times its gradient (``w * softmax - targets``).
+
+  Not ``keras.losses.categorical_crossentropy`` or ``tf.nn.softmax_cross_entropy_with_logits``: TensorFlow's fused
+  kernel behind them returns ``softmax - targets`` as the gradient, right only for targets that sum to 1, so
+  class-weighted targets trained on a wrong gradient unless deterministic ops (a random_seed) swapped the kernel.
+  """
+  return -tf.reduce_sum(targets * tf.nn.log_softmax(tf.cast(logits, tf.float32)), axis=-1)
 
 
 def _targets(labels: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
@@ -212,25 +220,29 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   mix = mixing.MixConfig.from_params(params)
   if mix.enabled:
     images, targets = mixing.mix(images, targets, mix, mixing.mix_seed(step, params['random_seed']))
-  global_batch = params['batch_size'] * replicas
+  denominator = _loss_denominator(targets, params, replicas)
 
   def scaled_loss(ce_sum: tf.Tensor, with_decay: bool) -> Tuple[tf.Tensor, tf.Tensor]:
     """(loss, loss as the optimizer differentiates it): this replica's share of the batch mean, plus its share
     of the weight decay, so that the sum over replicas is exactly one term of each."""
-    loss = ce_sum / global_batch
+    loss = ce_sum / denominator
     if with_decay:
       loss += _weight_decay(model, params) / replicas
     return loss, optimizer.scale_loss(loss) if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else loss
 
   variables = model.trainable_variables
+  forward = lambda x: model(x, training=True)  # pylint: disable=unnecessary-lambda-assignment
   accumulate = params['gradient_accumulation_steps']
   if accumulate > 1:
-    loss, gradients = _accumulated_gradients(model, variables, images, targets, accumulate, scaled_loss)
+    loss, cross_entropy, gradients = _accumulated_gradients(forward, variables, images, targets, accumulate,
+                                                            scaled_loss)
   else:
     with tf.GradientTape() as tape:
-      logits = model(images, training=True)
-      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(logits, targets)), with_decay=True)
+      logits = forward(images)
+      ce_sum = tf.reduce_sum(_per_example_loss(logits, targets))
+      loss, scaled = scaled_loss(ce_sum, with_decay=True)
     gradients = tape.gradient(scaled, variables)
+    cross_entropy = ce_sum / denominator
   # Summed here, before a loss-scale optimizer looks at them: every replica then judges the same gradients
   # finite or not, and applies or skips the step together.
   gradients = optimizers.sum_over_replicas(gradients)
@@ -241,15 +253,34 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   if ema is not None:
     ema.update(step + 1)  # the reference's num_updates: the global step after this update
   epoch = tf.cast(step, tf.float32) / lr_schedules.params_steps_per_epoch(params)
-  return EstimatorSpec(ModeKeys.TRAIN, loss=loss, scalars={'learning_rate': lr, 'current_epoch': epoch})
+  # Scalars are averaged over replicas: each reports its share of the cross-entropy times the replica count.
+  return EstimatorSpec(ModeKeys.TRAIN, loss=loss, scalars={'learning_rate': lr, 'current_epoch': epoch,
+                                                           CROSS_ENTROPY: cross_entropy * replicas})
 
 
-def _accumulated_gradients(model: keras.Model, variables: List[tf.Variable], images: tf.Tensor, targets: tf.Tensor,
+def _loss_denominator(targets: tf.Tensor, params: Mapping[str, Any], replicas: int) -> tf.Tensor:
+  """What the summed cross-entropy is divided by: the global batch, or with class_weight_normalization=weight_sum
+  the global batch's sum of weights (each target row sums to its example's weight, mixed ones to the mixed
+  weight), summed over replicas inside the step so every replica divides by the same number."""
+  global_batch = tf.constant(float(params['batch_size'] * replicas))
+  if params['class_weights'] is None or params['class_weight_normalization'] == 'batch_size':
+    return global_batch
+  weight_sum = tf.reduce_sum(tf.stop_gradient(targets))
+  context = tf.distribute.get_replica_context()
+  if context is not None and replicas > 1:
+    weight_sum = context.all_reduce(tf.distribute.ReduceOp.SUM, weight_sum)
+  # All-zero weights in a batch (only zero-weight classes drawn): no loss rather than 0/0.
+  return tf.maximum(weight_sum, 1e-12)
+
+
+def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables: List[tf.Variable],
+                           images: tf.Tensor, targets: tf.Tensor,
                            steps: int, scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
-                           ) -> Tuple[tf.Tensor, List[tf.Tensor]]:
-  """The replica's batch in ``steps`` micro-batches, one after another (a while loop: one micro-batch's activations
-  in memory at a time), their gradients summed, and the weight decay's added once: the same gradients as one
-  batch wherever batch norm cannot tell (it normalises each micro-batch)."""
+                           ) -> Tuple[tf.Tensor, tf.Tensor, List[tf.Tensor]]:
+  """(loss, its cross-entropy term, gradients) of the replica's batch in ``steps`` micro-batches, one after another
+  (a while loop: one micro-batch's activations in memory at a time), their gradients summed, and the weight
+  decay's added once: the same gradients as one batch wherever batch norm cannot tell (it normalises each
+  micro-batch)."""
   batch = images.shape[0]
   if batch is None or batch % steps:
     raise ValueError(f'gradient_accumulation_steps={steps} must divide the per-replica batch ({batch}): '
@@ -261,7 +292,7 @@ def _accumulated_gradients(model: keras.Model, variables: List[tf.Variable], ima
     x = tf.slice(images, [start, 0, 0, 0], [micro, -1, -1, -1])
     y = tf.slice(targets, [start, 0], [micro, -1])
     with tf.GradientTape() as tape:
-      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(model(x, training=True), y)), with_decay=False)
+      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(forward(x), y)), with_decay=False)
     gradients = tape.gradient(scaled, variables)
     return i + 1, loss_sum + loss, [_plus(s, g) for s, g in zip(gradient_sums, gradients)]
 
@@ -269,7 +300,7 @@ def _accumulated_gradients(model: keras.Model, variables: List[tf.Variable], ima
   _, loss, gradients = tf.while_loop(lambda i, *_: i < steps, body, (tf.constant(0), tf.constant(0.0), zeros))
   with tf.GradientTape() as tape:
     decay, scaled = scaled_loss(tf.constant(0.0), with_decay=True)
-  return loss + decay, [_plus(g, d) for g, d in zip(gradients, tape.gradient(scaled, variables))]
+  return loss + decay, loss, [_plus(g, d) for g, d in zip(gradients, tape.gradient(scaled, variables))]
 
 
 def _plus(total: tf.Tensor, gradient: Optional[tf.Tensor]) -> tf.Tensor:

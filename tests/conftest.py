@@ -16,3 +16,24 @@ try:
       _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 except RuntimeError:  # devices already initialised by an earlier import; mirrored tests skip themselves
   pass
+
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-order
+
+from resnet import determinism  # pylint: disable=g-import-not-at-top
+
+# The suite runs in the mode users run: TensorFlow's default, nondeterministic kernels. tests/test_kernel_modes.py
+# runs the numeric claims again in a subprocess with this variable set, where deterministic ops (what every
+# random_seed turns on) swap kernels.
+DETERMINISTIC_OPS = os.environ.get('RESNET_TEST_DETERMINISTIC_OPS') == '1'
+if DETERMINISTIC_OPS:
+  tf.config.experimental.enable_op_determinism()
+
+
+@pytest.fixture(autouse=True)
+def _kernel_mode_is_kept():
+  """Deterministic ops cannot be turned off: a test that turns them on in a shared test process would silently
+  move every later test to the other kernels. Such a test must run its program in a subprocess."""
+  yield
+  if determinism.op_determinism_enabled() != DETERMINISTIC_OPS:
+    pytest.fail('This test turned on deterministic ops in the shared test process; run that code in a subprocess '
+                '(the rest of the suite must keep the default kernels users run).')

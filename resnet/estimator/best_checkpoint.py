@@ -54,6 +54,7 @@ class BestCheckpoint:
     self._committed: Optional[Dict[str, Any]] = None  # what best/ holds now, whatever metric chose it
     self.evals_without_improvement = 0
     self.last_evaluated_step = -1
+    self._first_step_of_run: Optional[int] = None  # this process's first evaluation
     self._open()
 
   # ------------------------------------------------------------------------------------------------ reading
@@ -127,6 +128,8 @@ class BestCheckpoint:
                        f'{", ".join(numeric)}.')
     value = float(results[self.metric])
     self.last_evaluated_step = int(results['global_step'])
+    if self._first_step_of_run is None:
+      self._first_step_of_run = self.last_evaluated_step
     source = results.get('checkpoint') or ''
     name = os.path.basename(source)
     record = {**results, 'best_metric': self.metric, 'best_metric_goal': self.goal, 'best_checkpoint': name,
@@ -174,6 +177,17 @@ class BestCheckpoint:
     self.best = self._committed = record
     self._tidy()
     return True
+
+  def worse_since_first_evaluation(self) -> Optional[str]:
+    """A warning when the best is this run's first evaluation and every one after it was worse: the signature of a
+    run that diverged after it, which early stopping and the best checkpoint would otherwise pass over in silence."""
+    if (self.best is None or self.evals_without_improvement < 1
+        or self.best['global_step'] != self._first_step_of_run):
+      return None
+    return (f'The best checkpoint is this run\'s first evaluation ({self.metric}={self.value:.4f} at step '
+            f'{self.best["global_step"]}) and all {self.evals_without_improvement} evaluation(s) after it were '
+            f'worse: training may have diverged after step {self.best["global_step"]} (look at the training loss). '
+            f'{self.checkpoint_path} holds the best weights.')
 
   def needs_evaluation(self, step: int) -> bool:
     """Whether ``step`` (a resumed run's checkpoint) was saved but never evaluated, e.g. by a preempted run."""

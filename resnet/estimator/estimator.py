@@ -362,6 +362,9 @@ class Estimator:
       results = self.evaluate(eval_input_fn, weights=eval_weights, hooks=eval_hooks)
       if best is not None:
         best.update(results)
+    worse = best.worse_since_first_evaluation() if best is not None else None
+    if worse:
+      logging.warning('%s', worse)
     return results
 
   def evaluate_continuously(self, input_fn: InputFn, timeout: Optional[float] = None,

@@ -6,7 +6,7 @@ never touches the model or the step function, so turning one off costs nothing i
 """
 import dataclasses
 import math
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -55,8 +55,16 @@ class ExamplesPerSecond(LoopHook):
     logs[self.NAME] = logs['steps_per_sec'] * self.global_batch_size
 
 
-class NonFiniteLossError(FloatingPointError):
+class DivergenceError(FloatingPointError):
+  """Training diverged: the loss became NaN or Inf, or exploded."""
+
+
+class NonFiniteLossError(DivergenceError):
   """Training produced a NaN or Inf loss."""
+
+
+class LossExplodedError(DivergenceError):
+  """A finite training loss exploded (DivergenceGuard)."""
 
 
 class NanGuard(LoopHook):
@@ -113,3 +121,57 @@ class EvalHook:
   def end(self, results: Mapping[str, Any], sums: Mapping[str, np.ndarray]) -> EvalReport:
     """``results``: the metrics, global_step, num_examples, checkpoint; ``sums``: model_fn's eval_sums."""
     return EvalReport()
+
+
+class DivergenceGuard(LoopHook):
+  """Catches a finite loss that explodes, which NanGuard cannot see: after ``after_step`` (the warm-up), a loop
+  whose mean loss is ``factor`` times the loss of a uniform guess (``chance``), or that is back above chance after
+  the run had reached half of it, counts as exploded; ``patience`` such loops in a row stop the run (``stop``;
+  raised before the estimator saves, so the checkpoints are those of before) or log a warning. ``key`` names the
+  logged value to watch (e.g. the loss without weight decay, which starts far from zero on its own)."""
+
+  FACTOR = 3.0
+  PATIENCE = 2
+  HISTORY = 8
+
+  def __init__(self, chance: float, after_step: float, stop: bool = True, key: str = 'loss', advice: str = ''):
+    self.chance = float(chance)
+    self.after_step = after_step
+    self.stop = stop
+    self.key = key
+    self.advice = advice
+    self.history: list = []
+    self.best: Optional[Tuple[int, float]] = None
+    self.exploded = 0
+
+  def begin(self, estimator, step: int) -> None:
+    self.exploded = 0
+
+  def _explodes(self, value: float) -> bool:
+    if value > self.FACTOR * self.chance:
+      return True
+    return self.best is not None and self.best[1] < 0.5 * self.chance and value > self.chance
+
+  def after_loop(self, step: int, logs: Dict[str, float]) -> None:
+    value = logs.get(self.key, logs.get('loss'))
+    if value is None or not math.isfinite(value):
+      return
+    self.history = (self.history + [(step, value)])[-self.HISTORY:]
+    if step > self.after_step and self._explodes(value):
+      self.exploded += 1
+    else:
+      self.exploded = 0
+    if self.best is None or value < self.best[1]:
+      self.best = (step, value)
+    if self.exploded != self.PATIENCE:
+      return
+    message = self.message(step)
+    if self.stop:
+      raise LossExplodedError(message)
+    logging.warning('%s', message)
+
+  def message(self, step: int) -> str:
+    shown = ', '.join(f'{s}: {v:.4g}' for s, v in self.history)
+    return (f'Training diverged at step {step}: {self.key} {self.history[-1][1]:.4g}, exploded for {self.PATIENCE} '
+            f'loops in a row, against {self.chance:.3g} for a uniform guess and a best of {self.best[1]:.4g} at '
+            f'step {self.best[0]}. {self.key} by step: {shown}. {self.advice}'.rstrip())

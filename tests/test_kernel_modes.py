@@ -1,0 +1,39 @@
+"""The numeric claims hold in both kernel modes: the suite runs them with TensorFlow's default kernels (as users
+run, unseeded), and this test runs them again in a subprocess with deterministic ops, which every random_seed turns
+on and which swap kernels (e.g. softmax cross-entropy's). README's "What the tests prove" lists them."""
+import os
+import re
+import subprocess
+import sys
+
+from resnet import determinism
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Each numeric claim's tests; the default-mode suite runs the same ids.
+NUMERIC_CLAIMS = (
+    'tests/test_loss_gradients.py',                                  # step gradients, every target kind
+    'tests/test_recipe.py::test_accumulated_micro_batches_make_the_same_update_as_one_batch',
+    'tests/test_recipe.py::test_mixup_and_cutmix_change_the_update_and_stay_seeded',
+    'tests/test_eval_report.py::test_class_weighted_loss_equals_the_hand_computed_one',
+    'tests/test_eval_report.py::test_class_weights_with_mixup_weigh_each_source_of_a_mixed_example',
+    'tests/test_scale_float16.py',                                   # float16 overflow skips on every replica
+    'tests/test_fine_tuning.py::test_head_only_steps_leave_the_backbone_untouched',
+    'tests/test_fine_tuning.py::test_layer_decay_scales_each_stage_update',
+    'tests/test_foreign_weights.py::test_torchvision_parity[18]',
+)  # Keras-file and ResNet-50 parity run in the default mode only: the same kernels as ResNet-18's, minutes more.
+
+
+def test_the_suite_runs_the_default_kernels():
+  assert not determinism.op_determinism_enabled()
+
+
+def test_numeric_claims_hold_with_deterministic_ops(tmp_path):
+  env = dict(os.environ, RESNET_TEST_DETERMINISTIC_OPS='1')
+  env.pop('PYTEST_XDIST_WORKER', None)
+  proc = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-o', 'addopts=',
+                         '--basetemp', str(tmp_path / 'basetemp'), *NUMERIC_CLAIMS],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+  tail = proc.stdout[-3000:] + proc.stderr[-2000:]
+  assert proc.returncode == 0, tail
+  passed = re.search(r'(\d+) passed', proc.stdout)
+  assert passed and int(passed.group(1)) >= 20 and 'skipped' not in proc.stdout.splitlines()[-1], tail

@@ -1,0 +1,92 @@
+r"""Repeats one training command and prints the spread of its accuracy: what a figure is worth without a seed.
+
+A seeded run (``--random_seed``) turns on deterministic kernels, which are not the ones users run unseeded; a
+README figure is only one a user can expect when it comes with the spread over a few unseeded runs. Each run is
+``resnet_main --mode=train_and_eval`` in a model_dir of its own (``OUTPUT_DIR/NAME-N``); the table gives top-1,
+macro F1 and each class's recall as median (min-max), and counts runs that failed (e.g. stopped as diverged).
+
+  python -m tools.repeat_runs --name=balanced --runs=5 --output_dir=study -- \
+      --config_file=small_data --data_dir=imb/data --train_steps=300 --class_weights=balanced
+
+Everything after ``--`` goes to resnet_main as it is; ``--seeds=1,2,3`` runs seeded instead (one run per seed),
+and unseeded runs override a seed the config sets (``random_seed=null``).
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List, Mapping, Optional, Sequence
+
+if __package__ in (None, ''):
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('name', 'run', 'Name of this setting: model_dirs are OUTPUT_DIR/NAME-1, NAME-2, ...')
+flags.DEFINE_string('output_dir', 'repeat_runs', 'Where the runs and NAME.json (every run\'s numbers) go.')
+flags.DEFINE_integer('runs', 3, 'Unseeded runs.')
+flags.DEFINE_list('seeds', [], 'Seeded runs instead, one per seed (random_seed=N).')
+
+
+def run_once(args: Sequence[str], model_dir: str, seed: Optional[str]) -> Dict[str, object]:
+  """One train_and_eval; its eval_results.json plus the exit code and wall time."""
+  seeding = [f'--random_seed={seed}'] if seed is not None else ['--param_overrides=random_seed=null']
+  cmd = [sys.executable, '-m', 'resnet.resnet_main', '--mode=train_and_eval', f'--model_dir={model_dir}', *args,
+         *seeding]
+  start = time.time()
+  with open(model_dir + '.log', 'w') as log:
+    code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+  results: Dict[str, object] = {'exit_code': code, 'wall_seconds': round(time.time() - start, 1), 'seed': seed}
+  path = os.path.join(model_dir, 'eval_results.json')
+  if code == 0 and os.path.exists(path):
+    with open(path) as f:
+      results.update(json.load(f))
+  return results
+
+
+def summary_rows(runs: Sequence[Mapping[str, object]]) -> List[str]:
+  """'metric: median (min-max)' for top-1, macro F1 and each class's recall over the runs that finished."""
+  done = [r for r in runs if 'top_1_accuracy' in r]
+  lines = [f'{len(done)} of {len(runs)} runs finished' + (
+      f'; failed (exit code): {[r["exit_code"] for r in runs if "top_1_accuracy" not in r]}'
+      if len(done) < len(runs) else '')]
+  if not done:
+    return lines
+  values = {'top-1': [r['top_1_accuracy'] for r in done], 'macro F1': [r.get('macro_f1', float('nan')) for r in done]}
+  for name in done[0].get('per_class', {}):
+    values[f'{name} recall'] = [r['per_class'][name]['recall'] for r in done]
+  for metric, xs in values.items():
+    lines.append(f'{metric}: {spread(xs)}   runs: {", ".join(f"{x:.3f}" for x in xs)}')
+  return lines
+
+
+def spread(xs: Sequence[float]) -> str:
+  return f'{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})'
+
+
+def main(argv: Sequence[str]) -> None:
+  args = argv[1:]
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  plan = FLAGS.seeds or [None] * FLAGS.runs
+  runs = []
+  for i, seed in enumerate(plan, 1):
+    model_dir = os.path.join(FLAGS.output_dir, f'{FLAGS.name}-{i}')
+    runs.append(run_once(args, model_dir, seed))
+    print(f'{FLAGS.name} run {i}/{len(plan)} (seed {seed}): exit {runs[-1]["exit_code"]}, '
+          f'top-1 {runs[-1].get("top_1_accuracy", "-")}, {runs[-1]["wall_seconds"]} s', flush=True)
+  with open(os.path.join(FLAGS.output_dir, f'{FLAGS.name}.json'), 'w') as f:
+    json.dump({'args': list(args), 'runs': runs}, f, indent=1)
+  print(f'\n{FLAGS.name}: resnet_main {" ".join(args)}')
+  print('\n'.join(summary_rows(runs)))
+
+
+def run_main() -> None:
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run_main()
