@@ -347,12 +347,19 @@ def check_consistency(params: Any) -> None:
   if params['layer_decay'] is not None and params['enable_lars']:
     problems.append('layer_decay scales each stage\'s gradients, which LARS normalises away: use layer_decay with '
                     'the momentum optimizer (enable_lars=false)')
+  if params['train_head_only_steps'] and params['enable_lars']:
+    problems.append('train_head_only_steps freezes the backbone by zeroing its gradients, but LARS still applies '
+                    'its weight decay (and a trust ratio of 1) to every kernel, so the backbone would move: use '
+                    'train_head_only_steps with the momentum optimizer (enable_lars=false)')
   if params['freeze_batch_norm'] and params['norm_act_layer'] != 'bn_relu':
     problems.append(f'freeze_batch_norm needs batch norm; norm_act_layer={params["norm_act_layer"]!r} has none')
   weights = params['class_weights']
   if isinstance(weights, list):
     if not weights or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights):
       problems.append(f'class_weights={weights!r} must be non-negative numbers, one per class (or balanced)')
+    elif not any(weights):
+      problems.append(f'class_weights={weights!r} are all 0: the training loss would be weight decay alone; give '
+                      'the classes to learn a positive weight')
     elif params['num_label_classes'] is not None and len(weights) != params['num_label_classes']:
       problems.append(f'class_weights lists {len(weights)} weights for num_label_classes='
                       f'{params["num_label_classes"]}: give one per model class (or class_weights=balanced)')
@@ -462,6 +469,11 @@ def balanced_class_weights(values: Mapping[str, Any]) -> list:
   shown = ', '.join(f'{name}={w:.4g}' for name, w in list(zip(names, weights))[:20])
   logging.info('class_weights=balanced, from the train counts in %s: %s%s', info.summary_path, shown,
                ', ...' if len(weights) > 20 else '')
+  empty = [name for name, count in zip(info.class_names, info.train_class_counts) if not count]
+  if empty:
+    logging.warning('class_weights=balanced: %s has no training images of %s, which keep a weight of 1 and which '
+                    'the model will never learn to predict: add images of them, or remove them from the dataset.',
+                    info.summary_path, ', '.join(empty[:20]) + (', ...' if len(empty) > 20 else ''))
   return weights
 
 

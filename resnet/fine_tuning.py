@@ -8,7 +8,7 @@ momentum SGD a gradient scaled by a constant factor on every step is exactly tha
 by it (the weight decay lives in the loss, so it is scaled with it, as in timm's parameter groups). LARS
 normalises each layer's gradient and would undo the scale, so the two do not combine.
 """
-from typing import Any, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from absl import logging
 import keras
@@ -47,6 +47,19 @@ def gradient_scales(model: keras.Model, step: tf.Tensor, params: Mapping[str, An
     head = tf.constant([1.0 if s == HEAD_STAGE else 0.0 for s in stages], tf.float32)
     scales = tf.where(step < head_only, scales * head, scales)
   return scales
+
+
+def training_forward(model: keras.Model, step: tf.Tensor,
+                     params: Mapping[str, Any]) -> Callable[[tf.Tensor], tf.Tensor]:
+  """The train step's forward pass. During train_head_only_steps the model runs in inference mode, as a linear
+  probe on a frozen backbone (Keras' ``trainable=False`` fine-tuning recipe): batch norm keeps the checkpoint's
+  moving statistics and normalises with them, dropout and stochastic depth are off; only the head learns. After
+  it, ordinary training mode."""
+  head_only = params['train_head_only_steps']
+  if not head_only:
+    return lambda images: model(images, training=True)
+  return lambda images: tf.cond(step < head_only, lambda: model(images, training=False),
+                                lambda: model(images, training=True))
 
 
 def scale(gradients: List[Optional[tf.Tensor]], scales: Optional[tf.Tensor]) -> List[Optional[tf.Tensor]]:

@@ -73,11 +73,42 @@ def _is_safetensors(head: bytes) -> bool:
   return 2 <= length < (1 << 30) and head[8:9] == b'{' and head[9:10] in (b'"', b' ', b'}', b'\n')
 
 
+FORMATS_READ = ('a TF checkpoint (its prefix, its directory or one of its files), Keras applications ResNet '
+                '.h5 / .weights.h5 / .keras, torchvision/timm ResNet .safetensors (or .pth where torch is installed)')
+
+
+def _is_file(path: str) -> bool:
+  if '://' in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+  return os.path.isfile(path)
+
+
 def detect(path: str) -> Optional[str]:
-  """The foreign format of the file at ``path``, or None (a TF checkpoint, a directory, no such file)."""
+  """The foreign format of the file at ``path``, or None (a TF checkpoint, a directory, no such file). A file in
+  no format read here, or one too damaged to tell, is a ValueError naming what was found and what is read."""
   if _TF_CHECKPOINT_FILE.search(path):
     return None
   head = _head(path)
+  try:
+    file_format = _format(path, head)
+  except ValueError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except  (h5py, zipfile: a damaged container)
+    raise ValueError(damaged(path, 'an HDF5 or zip file', e)) from e
+  if file_format is None and _is_file(path):
+    found = f'it starts with {head[:16]!r}' if head else 'it is empty'
+    raise ValueError(f'{path} is a file in no weights format read here ({found}). Read: {FORMATS_READ}. Pass one '
+                     'of those (a checkpoint prefix is model.ckpt-N, without .index).')
+  return file_format
+
+
+def damaged(path: str, file_format: str, error: Exception) -> str:
+  return (f'{path} starts as {file_format} but cannot be read: {type(error).__name__}: {error}. The file is damaged '
+          'or truncated (an interrupted download or copy?): download or save it again. Read: ' + FORMATS_READ + '.')
+
+
+def _format(path: str, head: bytes) -> Optional[str]:
   if head.startswith(HDF5_MAGIC):
     from resnet import keras_weights  # pylint: disable=g-import-not-at-top
     with local_copy(path) as local:
@@ -127,12 +158,24 @@ def _reader(path: str):
   return file_format, keras_weights
 
 
+@contextlib.contextmanager
+def _reading(path: str, local: str, file_format: str) -> Iterator[None]:
+  """Our own messages (they name the file) pass; a reader library's (h5py, safetensors, zipfile, numpy on short
+  data) is a damaged file and says so."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    if isinstance(e, ValueError) and (path in str(e) or local in str(e)):
+      raise
+    raise ValueError(damaged(path, file_format, e)) from e
+
+
 def inspect(path: str) -> Optional[Header]:
   """The file's Header, or None when ``path`` is no foreign weights file (then it is a TF checkpoint, if any)."""
   file_format, reader = _reader(path)
   if reader is None:
     return None
-  with local_copy(path) as local:
+  with local_copy(path) as local, _reading(path, local, file_format):
     header = reader.inspect(local, file_format)
   header.path = path
   return header
@@ -143,7 +186,7 @@ def load(path: str) -> Optional[ForeignWeights]:
   file_format, reader = _reader(path)
   if reader is None:
     return None
-  with local_copy(path) as local:
+  with local_copy(path) as local, _reading(path, local, file_format):
     header, layers, unused = reader.load(local, file_format)
   header.path = path
   tensors, sources, folded = fold_into_tf1(layers)

@@ -28,6 +28,7 @@ HEAD = 'predictions'
 FOLDED = 'conv biases folded into the batch-norm moving means'
 _BLOCK_CONV = re.compile(r'^conv([2-5])_block(\d+)_1_conv$')
 _KERAS3_CONV = re.compile(r'^conv2d(_\d+)?$')
+_KERAS3_NORM = re.compile(r'^batch_normalization(_\d+)?$')
 NOT_A_KERAS_RESNET = ('holds no keras.applications ResNet50/101/152 layers (conv1_conv, conv2_block1_1_conv, ...): '
                       'only those are read (ResNet50V2/ResNeXt and other models are not)')
 
@@ -64,14 +65,24 @@ def _variable(weight_name: str) -> str:
   return weight_name.split('/')[-1].split(':')[0]
 
 
+def _not_v2(path: str, v2: bool, depth: str = '50/101/152') -> None:
+  if v2:
+    raise ValueError(f'{path} holds a Keras applications ResNet{depth}V2 (pre-activation: preact_bn / post_bn '
+                     'layers), which is not read here: only keras.applications ResNet50/101/152 (v1) are. Fine-tune '
+                     'from a v1 or a torchvision/timm file, or train pre_activation=true from scratch.')
+
+
 def _keras3_build(path: str) -> Tuple[int, int]:
   """(depth, classes or 0) of the keras.applications model that wrote a Keras 3 ``.weights.h5``."""
   import h5py  # pylint: disable=g-import-not-at-top
   with h5py.File(path, 'r') as f:
     layers = f['layers'] if 'layers' in f else {}
     convs = sum(1 for name in layers if _KERAS3_CONV.match(name))
+    norms = sum(1 for name in layers if _KERAS3_NORM.match(name))
     classes = int(layers['dense/vars/1'].shape[0]) if 'dense' in layers and 'vars/1' in layers['dense'] else 0
   depths = {1 + 3 * sum(architectures.ARCHITECTURES[depth].blocks) + 4: depth for depth in BUILDERS}  # + projections
+  if convs in depths:  # v1: a norm per conv; v2: one per block before it, two inside, one at the end
+    _not_v2(path, norms == 3 * sum(architectures.ARCHITECTURES[depths[convs]].blocks) + 1, str(depths[convs]))
   if convs not in depths:
     raise ValueError(f'{path}: a Keras 3 .weights.h5 with {convs} top-level Conv2D layers, not the 53, 104 or 155 of '
                      'a keras.applications ResNet50/101/152 saved with save_weights (a ResNet inside another '
@@ -138,6 +149,7 @@ def _blocks(names) -> Tuple[int, ...]:
 
 
 def _header(path: str, file_format: str, names, head_units: int, epsilon: float) -> fl.Header:
+  _not_v2(path, any(name.endswith('_preact_bn') or name == 'post_bn' for name in names))
   if 'conv1_conv' not in names or not all(_blocks(names)):
     raise ValueError(f'{path} ({file_format}) {NOT_A_KERAS_RESNET}; it has layers such as {sorted(names)[:5]}.')
   variant = dict(VARIANT, bn_epsilon=epsilon)

@@ -287,7 +287,12 @@ def export(estimator: Estimator, params: Params,
     if checkpoint is None:
       raise ValueError(f'export_best=true but {params.model_dir}/best/ holds no checkpoint: it is kept by '
                        'train_and_eval (and continuous eval); use mode=train_and_eval, or export_best=false.')
-    logging.info('Exporting the best checkpoint %s (%s=%.4f).', checkpoint, best.metric, best.value)
+    if tf.io.gfile.exists(checkpoint + '.index'):
+      logging.info('Exporting the best checkpoint %s (%s=%.4f).', checkpoint, best.metric, best.value)
+    else:
+      logging.warning('export_best: the best checkpoint %s is gone (best/ removed during the run?): exporting the '
+                      'latest checkpoint of %s instead.', checkpoint, params.model_dir)
+      checkpoint = None
   assets = None
   if params.add_warmup_requests:
     from resnet import serving_warmup  # pylint: disable=g-import-not-at-top
@@ -307,7 +312,8 @@ def export(estimator: Estimator, params: Params,
         lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}), params.eval_image_size,
         params.precision, weights)
     print(f'Exported TFLite: {report.path} ({report.bytes / 1e6:.1f} MB, {report.ops} ops; max |probability '
-          f'difference| vs the SavedModel {report.max_difference:.2g})')
+          f'difference| {report.max_difference:.2g} vs its float32 weights, {report.saved_model_difference:.2g} vs '
+          f'the SavedModel)')
   return path
 
 

@@ -231,7 +231,7 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
     return loss, optimizer.scale_loss(loss) if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else loss
 
   variables = model.trainable_variables
-  forward = lambda x: model(x, training=True)  # pylint: disable=unnecessary-lambda-assignment
+  forward = fine_tuning.training_forward(model, step, params)
   accumulate = params['gradient_accumulation_steps']
   if accumulate > 1:
     loss, cross_entropy, gradients = _accumulated_gradients(forward, variables, images, targets, accumulate,

@@ -4,8 +4,9 @@ The .tflite is converted from a float32 copy of the model holding the exported w
 kernels, so converting a bfloat16 SavedModel graph would need TensorFlow ops at run time). Its input is a batch
 of one float32 image [1, S, S, 3] with values 0..255, as the SavedModel's ``serving_images`` signature takes, and
 its output the class probabilities. After writing, both files classify the same images and the largest difference
-is logged; a float32 model must agree within PARITY_TOLERANCE (an error otherwise), a bfloat16/float16 one
-differs by its own rounding.
+is logged. The .tflite must agree with the float32 weights it came from within PARITY_TOLERANCE in every
+precision (else it is not written), and a float32 model's with the SavedModel too; a bfloat16/float16 SavedModel
+differs from it by its own rounding.
 """
 import contextlib
 import dataclasses
@@ -31,7 +32,8 @@ class TfliteReport:
   path: str
   bytes: int
   ops: int
-  max_difference: float  # largest |probability difference| against the SavedModel on PARITY_IMAGES images
+  max_difference: float  # largest |probability difference| against its float32 weights on PARITY_IMAGES images
+  saved_model_difference: float  # the same against the SavedModel (16-bit models: their own rounding)
 
 
 def float32_copy(model: keras.Model, build: Callable[[], keras.Model]) -> keras.Model:
@@ -78,24 +80,34 @@ def parity_images(image_size: int, count: int = PARITY_IMAGES, seed: int = 0) ->
 def export_tflite(saved_model_dir: str, model: keras.Model, build_float32: Callable[[], keras.Model],
                   image_size: int, precision: str,
                   weights: Optional[Callable[[], ContextManager]] = None) -> TfliteReport:
-  """Writes ``<saved_model_dir>/model.tflite`` (atomically) and checks it against the SavedModel.
+  """Writes ``<saved_model_dir>/model.tflite`` (atomically), once it is checked.
 
+  The check that holds in every precision: the .tflite against the float32 copy it was converted from, within
+  PARITY_TOLERANCE, else an error and no file (a conversion fault never hides behind bfloat16 rounding). Then
+  against the SavedModel: within PARITY_TOLERANCE for a float32 model, logged for a 16-bit one.
   ``weights()``: the context in which ``model`` holds the exported weights (e.g. moving averages).
   """
   with (weights() if weights else contextlib.nullcontext()):
     copy = float32_copy(model, build_float32)
   flatbuffer = convert(copy, image_size)
   path = os.path.join(saved_model_dir, TFLITE_NAME)
-  files.atomic_write(path, flatbuffer)
   images = parity_images(image_size)
+  lite = tflite_probabilities(flatbuffer, images)
+  reference = tf.nn.softmax(tf.cast(copy(images, training=False), tf.float32)).numpy()
+  difference = float(np.max(np.abs(lite - reference)))
+  if difference > PARITY_TOLERANCE:
+    raise RuntimeError(f'The TFLite conversion differs from the float32 weights it was converted from by '
+                       f'{difference:.3g} (> {PARITY_TOLERANCE:g}) on the same images: {path} was not written '
+                       f'(the SavedModel beside it is complete). Export without export_tflite, or report the ops.')
   served = tf.saved_model.load(saved_model_dir).signatures[SERVING_SIGNATURE]
   expected = served(images=tf.constant(images, served.structured_input_signature[1]['images'].dtype))
-  difference = float(np.max(np.abs(tflite_probabilities(flatbuffer, images)
-                                    - expected['probabilities'].numpy().astype(np.float32))))
-  report = TfliteReport(path, len(flatbuffer), op_count(flatbuffer), difference)
-  logging.info('Exported TFLite: %s (%.1f MB, %d ops, float32); max |probability difference| vs the SavedModel '
-               'on %d images: %.2g', path, report.bytes / 1e6, report.ops, PARITY_IMAGES, difference)
-  if precision == 'float32' and difference > PARITY_TOLERANCE:
-    raise RuntimeError(f'The TFLite model {path} differs from the SavedModel by {difference:.3g} (> '
-                       f'{PARITY_TOLERANCE:g}) on the same images: the conversion changed the model.')
+  served_difference = float(np.max(np.abs(lite - expected['probabilities'].numpy().astype(np.float32))))
+  if precision == 'float32' and served_difference > PARITY_TOLERANCE:
+    raise RuntimeError(f'The TFLite model differs from the SavedModel by {served_difference:.3g} (> '
+                       f'{PARITY_TOLERANCE:g}) on the same images: {path} was not written.')
+  files.atomic_write(path, flatbuffer)
+  report = TfliteReport(path, len(flatbuffer), op_count(flatbuffer), difference, served_difference)
+  logging.info('Exported TFLite: %s (%.1f MB, %d ops, float32); max |probability difference| on %d images: %.2g '
+               'vs its float32 weights, %.2g vs the %s SavedModel', path, report.bytes / 1e6, report.ops,
+               PARITY_IMAGES, difference, served_difference, precision)
   return report

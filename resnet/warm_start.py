@@ -224,6 +224,8 @@ def warm_start(model: keras.Model, checkpoint: str, allow_partial: bool = False,
   mismatches = backbone_mismatches(summary)
   if mismatches and not allow_partial:
     raise WarmStartMismatchError(_mismatch_message(summary, mismatches, variables))
+  if foreign is not None and foreign.unused and not allow_partial:
+    raise WarmStartMismatchError(_unused_message(summary))
   for name, variable, key in to_assign:
     variable.assign(np.asarray(read(key)).astype(_numpy_dtype(variable)))
     summary.restored.append(name)
@@ -311,6 +313,21 @@ def _mismatch_message(summary: WarmStartSummary, mismatches, variables: Mapping[
           f'Nothing was copied. {_architecture_hint(summary)}, or set '
           f'allow_partial_warm_start=true to copy only the {total - len(summary.missing) - len(summary.skipped)} '
           f'matching variables.')
+
+
+def _unused_message(summary: WarmStartSummary) -> str:
+  """Every model variable found its tensor, but the file has more: layers this model lacks (an SE-ResNet's
+  squeeze-excitation, say), so the copied weights would compute another function than the file's."""
+  unused = summary.foreign.unused
+  kind = ''
+  if any('.se.' in name or '/se_' in name or name.startswith('se') for name in unused):
+    kind = (' (squeeze-and-excitation layers: an SE-ResNet, whose SE weights this reader does not map even with '
+            'se_ratio)')
+  return (f'Warm start from {summary.checkpoint}: {summary.foreign.header.title()} holds {len(unused)} tensors '
+          f'that no model variable takes: {_listed(unused)}{kind}. Without them the model would compute another '
+          f'function than the file\'s. Nothing was copied. Use a plain ResNet file, or set '
+          f'allow_partial_warm_start=true to copy the {len(summary.restored) or "matching"} variables and drop '
+          f'them.')
 
 
 def _architecture_hint(summary: WarmStartSummary) -> str:

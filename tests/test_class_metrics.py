@@ -118,6 +118,18 @@ def test_balanced_class_weights_without_counts_name_the_fix(tmp_path):
     resnet_config.make_params({'data_dir': str(tmp_path), 'class_weights': [1, 2, 3]})
 
 
+def test_class_weights_that_cannot_work_are_named(tmp_path, caplog):
+  """All-zero weights would train on weight decay alone; balanced weights cannot help a class with no training
+  images (it keeps 1 and is never learned): an error and a warning naming the class."""
+  with pytest.raises(ValueError, match=r'class_weights=\[0, 0.0\] are all 0: the training loss would be weight decay'):
+    resnet_config.make_params({'num_label_classes': 2, 'class_weights': [0, 0.0]})
+  data_dir = _summary(tmp_path, {'cats': 90, 'dogs': 0, 'owls': 20})
+  params = resnet_config.make_params({'data_dir': data_dir, 'class_weights': 'balanced'})
+  assert params.class_weights[1] == 1.0
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert any('no training images of dogs' in w for w in warnings), warnings
+
+
 def test_small_data_with_the_imagenet_recipe_gets_advice(tmp_path):
   data_dir = _summary(tmp_path, {'cats': 900, 'dogs': 100})
   advice = resnet_config.recipe_advice(resnet_config.make_params({'data_dir': data_dir}))
@@ -215,3 +227,43 @@ def test_a_step_saved_but_not_evaluated_is_noticed_on_resume(tmp_path):
   best.update(_results(tmp_path, 4, 0.4))
   resumed = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
   assert not resumed.needs_evaluation(4) and resumed.needs_evaluation(6)
+
+
+def test_a_stop_between_the_commit_and_progress_json_neither_reevaluates_nor_stops_early(tmp_path):
+  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  best.update(_results(tmp_path, 2, 0.5))
+  best.update(_results(tmp_path, 4, 0.4))                      # progress: 1 evaluation without improvement
+  stale = (tmp_path / 'best' / 'progress.json').read_text()
+  best.update(_results(tmp_path, 6, 0.7))                      # a new best ...
+  (tmp_path / 'best' / 'progress.json').write_text(stale)      # ... and a stop before progress.json was written
+  resumed = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  assert resumed.value == 0.7 and not resumed.needs_evaluation(6) and resumed.evals_without_improvement == 0
+
+
+@pytest.mark.parametrize('damage', ['not json', 'files gone', 'a list'])
+def test_a_damaged_best_record_warns_keeps_every_file_and_is_rebuilt(tmp_path, caplog, damage):
+  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  best.update(_results(tmp_path, 2, 0.5))
+  best_dir = tmp_path / 'best'
+  if damage == 'not json':
+    (best_dir / 'eval_results.json').write_text('{"top_1_accuracy": 0.5, "glo')
+  elif damage == 'a list':
+    (best_dir / 'eval_results.json').write_text('[1, 2]')
+  else:
+    for path in best_dir.glob('model.ckpt-2.*'):
+      path.unlink()
+  kept = sorted(os.listdir(best_dir))
+  resumed = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  assert resumed.best is None and sorted(os.listdir(best_dir)) == kept       # nothing deleted on open
+  assert any('eval_results.json' in r.getMessage() for r in caplog.records if r.levelname == 'WARNING')
+  assert resumed.update(_results(tmp_path, 4, 0.3))                          # rebuilt by the next evaluation
+  assert json.loads((best_dir / 'eval_results.json').read_text())['global_step'] == 4
+
+
+def test_a_best_removed_during_the_run_is_noticed(tmp_path, caplog):
+  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  best.update(_results(tmp_path, 2, 0.5))
+  for path in (tmp_path / 'best').iterdir():
+    path.unlink()
+  best.update(_results(tmp_path, 4, 0.4))
+  assert any('no longer holds the best checkpoint model.ckpt-2' in r.getMessage() for r in caplog.records)

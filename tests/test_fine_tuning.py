@@ -28,17 +28,19 @@ def _input(params):
   return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(params['batch_size'])
 
 
-def _one_update(model_dir, **overrides):
-  """(model, trainable weights before, after one update, moving statistics before, after), from seeded weights."""
-  params = tiny.resnet_params(model_dir, train_batch_size=8, train_steps=1, lr_warmup_epochs=0.0,
-                              num_train_images=64, base_learning_rate=1.0, **overrides)
+def _one_update(model_dir, max_steps=1, strategy=None, **overrides):
+  """(model, trainable weights before, after ``max_steps`` updates, moving statistics before, after), from seeded
+  weights."""
+  settings = dict(train_batch_size=8, train_steps=1, lr_warmup_epochs=0.0, num_train_images=64,
+                  base_learning_rate=1.0)
+  params = tiny.resnet_params(model_dir, **{**settings, **overrides})
   keras.utils.set_random_seed(11)
-  estimator = tiny.resnet_estimator(params)
+  estimator = tiny.resnet_estimator(params, strategy)
   estimator.build('train')
   model = estimator.scope.get(resnet_model_fn.MODEL)
   moving = [v for v in model.non_trainable_weights if 'moving' in v.path]
   before = [w.numpy().copy() for w in model.trainable_weights], [v.numpy().copy() for v in moving]
-  estimator.train(_input, max_steps=1)
+  estimator.train(_input, max_steps=max_steps)
   after = [w.numpy().copy() for w in model.trainable_weights], [v.numpy().copy() for v in moving]
   return model, before, after
 
@@ -59,6 +61,26 @@ def test_head_only_steps_leave_the_backbone_untouched(tmp_path):
       assert np.abs(a - b).max() > 1e-6, variable.path
     else:
       np.testing.assert_array_equal(a, b, err_msg=variable.path)
+
+
+@pytest.mark.parametrize('replicas', [1, 2])
+def test_head_only_steps_run_the_backbone_in_inference_mode(tmp_path, replicas):
+  """A linear probe: batch-norm statistics stay the checkpoint's during the head-only steps (as Keras'
+  trainable=False), and move again once everything trains."""
+  strategy = tiny.two_replicas() if replicas == 2 else None
+  _, (_, moving_before), (_, moving_after) = _one_update(tmp_path / 'probe', strategy=strategy,
+                                                         train_head_only_steps=1)
+  for b, a in zip(moving_before, moving_after):
+    np.testing.assert_array_equal(a, b)
+  _, (_, moving_before), (_, moving_after) = _one_update(tmp_path / 'after', train_head_only_steps=1,
+                                                         train_steps=2, max_steps=2, strategy=strategy)
+  assert any(np.abs(a - b).max() > 1e-6 for a, b in zip(moving_after, moving_before))  # step 2 trains them
+
+
+def test_head_only_steps_with_lars_are_refused_naming_why(tmp_path):
+  """LARS applies its weight decay (trust ratio 1 on a zero gradient) to every kernel: the backbone would move."""
+  with pytest.raises(ValueError, match='train_head_only_steps.*LARS still applies its weight decay'):
+    tiny.resnet_params(tmp_path, enable_lars=True, train_head_only_steps=5)
 
 
 def test_layer_decay_scales_each_stage_update(tmp_path):

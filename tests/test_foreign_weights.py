@@ -234,3 +234,64 @@ def test_export_mode_needs_an_export_dir(tmp_path):
   finally:
     resnet_main.FLAGS.unparse_flags()
   assert not (tmp_path / 'run').exists()  # refused before anything is written
+
+
+def test_tensors_the_model_has_no_place_for_are_an_error_naming_them(tmp_path):
+  """A timm SE-ResNet's squeeze-excitation weights would be dropped silently, and the model would compute another
+  function than the file's; listed, with what they are, unless allow_partial_warm_start drops them knowingly."""
+  rng = np.random.default_rng(0)
+  state = dict(tv.state_dict(18))
+  state['layer1.0.se.fc1.weight'] = rng.normal(size=(4, 64, 1, 1)).astype(np.float32)
+  state['layer1.0.se.fc2.weight'] = rng.normal(size=(64, 4, 1, 1)).astype(np.float32)
+  path = str(tmp_path / 'seresnet18.safetensors')
+  safetensors_numpy.save_file(state, path)
+  model = resnet_model_fn.build_model(_params(tmp_path, path, resnet_depth=18))
+  before = [v.numpy().copy() for v in model.weights]
+  with pytest.raises(ws.WarmStartMismatchError, match=r'holds 2 tensors that no model variable takes: '
+                     r'layer1\.0\.se\.fc1\.weight, layer1\.0\.se\.fc2\.weight \(squeeze-and-excitation.*'
+                     r'Nothing was copied.*allow_partial_warm_start=true'):
+    ws.warm_start(model, path)
+  assert all(np.array_equal(b, v.numpy()) for b, v in zip(before, model.weights))
+  summary = ws.warm_start(model, path, allow_partial=True)
+  assert len(summary.restored) == 102
+
+
+def test_damaged_and_unknown_weight_files_name_the_file_what_was_found_and_the_fix(tmp_path):
+  full = _safetensors(tmp_path, 18)
+  data = open(full, 'rb').read()
+  truncated = tmp_path / 'resnet18-partial.safetensors'
+  truncated.write_bytes(data[:len(data) // 2])                 # an interrupted download
+  with pytest.raises(ValueError, match=r'resnet18-partial\.safetensors starts as safetensors but cannot be read: '
+                     r'.*damaged or truncated.*download or save it again\. Read: a TF checkpoint'):
+    resnet_config.make_params({'resnet_checkpoint': str(truncated)}, fill_from_data=False)
+
+  h5 = tmp_path / 'resnet50.h5'
+  with h5py.File(h5, 'w') as f:
+    f.attrs['layer_names'] = [b'conv1_conv']
+    f.create_dataset('conv1_conv/kernel', data=np.ones((7, 7, 3, 64), np.float32))
+  h5.write_bytes(h5.read_bytes()[:3000])
+  with pytest.raises(ValueError, match=r'resnet50\.h5 starts as an HDF5 or zip file but cannot be read: OSError'):
+    resnet_config.make_params({'resnet_checkpoint': str(h5)}, fill_from_data=False)
+
+  photo = tmp_path / 'weights.bin'
+  photo.write_bytes(b'\xff\xd8\xff\xe0' + bytes(100))          # a JPEG, say
+  with pytest.raises(ValueError, match=r"weights\.bin is a file in no weights format read here \(it starts with "
+                     r"b'\\xff\\xd8\\xff\\xe0.*Read: a TF checkpoint.*Keras applications.*safetensors"):
+    resnet_config.make_params({'resnet_checkpoint': str(photo)}, fill_from_data=False)
+
+
+def test_keras_resnet_v2_files_are_named_as_unsupported(tmp_path):
+  legacy = tmp_path / 'resnet50v2_weights_tf_dim_ordering_tf_kernels_notop.h5'
+  names = ('conv1_conv', 'conv2_block1_preact_bn', 'conv2_block1_1_conv', 'post_bn')
+  with h5py.File(legacy, 'w') as f:  # the legacy layout, with (some of) ResNet50V2's layer names
+    f.attrs['layer_names'] = [n.encode() for n in names]
+    for name in names:
+      f.create_group(name).attrs['weight_names'] = np.array([], dtype='S8')
+  with pytest.raises(ValueError, match=r'holds a Keras applications ResNet50/101/152V2 \(pre-activation.*only '
+                     r'keras\.applications ResNet50/101/152 \(v1\)'):
+    resnet_config.make_params({'resnet_checkpoint': str(legacy)}, fill_from_data=False)
+  v2 = keras.applications.ResNet50V2(weights=None, include_top=False, input_shape=(32, 32, 3))
+  path = str(tmp_path / 'mine.weights.h5')
+  v2.save_weights(path)
+  with pytest.raises(ValueError, match=r'mine\.weights\.h5 holds a Keras applications ResNet50V2'):
+    resnet_config.make_params({'resnet_checkpoint': path}, fill_from_data=False)

@@ -98,7 +98,38 @@ def test_tflite_equals_the_saved_model_within_1e_4_and_a_mismatch_is_an_error(tm
   np.testing.assert_allclose(lite, served['probabilities'].numpy(), atol=1e-4)
   assert lite.shape == (3, 3) and np.allclose(lite.sum(axis=1), 1.0, atol=1e-5)
 
+  assert report.saved_model_difference <= 1e-4
+  written = open(report.path, 'rb').read()
+
   head = model.get_layer('dense')
   head.kernel.assign(head.kernel * 3.0)  # weights changed after the export: the .tflite no longer matches it
-  with pytest.raises(RuntimeError, match='differs from the SavedModel'):
+  with pytest.raises(RuntimeError, match='differs from the SavedModel.*was not written'):
     tflite_export.export_tflite(export, model, build, SIZE, 'float32')
+  assert open(report.path, 'rb').read() == written   # the earlier file is kept whole
+
+
+def test_a_faulty_conversion_fails_the_export_in_every_precision(tmp_path, monkeypatch):
+  """A bfloat16 SavedModel differs from any float32 .tflite by its rounding, so that comparison cannot catch a
+  conversion fault; the .tflite against the float32 weights it came from can, in every precision."""
+  params = tiny.resnet_params(tmp_path / 'model', image_size=SIZE, num_label_classes=3, precision='bfloat16')
+  keras.utils.set_random_seed(3)
+  estimator = tiny.resnet_estimator(params)
+  estimator.train(_repeating_input, max_steps=1)
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  export = estimator.export_saved_model(str(tmp_path / 'export'), resnet_model_fn.serving_inputs(params))
+  build = lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'})  # pylint: disable=unnecessary-lambda-assignment
+  real_convert = tflite_export.convert
+
+  def faulty(copy, image_size):  # a converter that loses part of the head
+    copy.get_layer('dense').kernel.assign(copy.get_layer('dense').kernel * 0.5)
+    flatbuffer = real_convert(copy, image_size)
+    copy.get_layer('dense').kernel.assign(copy.get_layer('dense').kernel * 2.0)
+    return flatbuffer
+
+  monkeypatch.setattr(tflite_export, 'convert', faulty)
+  with pytest.raises(RuntimeError, match='differs from the float32 weights it was converted from'):
+    tflite_export.export_tflite(export, model, build, SIZE, 'bfloat16')
+  assert not os.path.exists(os.path.join(export, tflite_export.TFLITE_NAME))
+  monkeypatch.setattr(tflite_export, 'convert', real_convert)
+  report = tflite_export.export_tflite(export, model, build, SIZE, 'bfloat16')
+  assert report.max_difference <= 1e-4 and report.saved_model_difference > 0  # bfloat16 rounding, logged

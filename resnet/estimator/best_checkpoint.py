@@ -64,13 +64,29 @@ class BestCheckpoint:
       return None
     with tf.io.gfile.GFile(path) as f:
       try:
-        return json.load(f)
+        record = json.load(f)
       except json.JSONDecodeError:
-        logging.warning('%s is not valid JSON: ignoring it.', path)
-        return None
+        record = None
+    if not isinstance(record, dict):
+      logging.warning('%s is not a JSON record (damaged?): ignoring it.', path)
+      return None
+    return record
+
+  def _holds_files(self, record: Mapping[str, Any]) -> bool:
+    name = record.get('best_checkpoint') if isinstance(record, dict) else None
+    return bool(name) and tf.io.gfile.exists(os.path.join(self.directory, f'{name}.index'))
 
   def _open(self) -> None:
     best = self._committed = self._read_json(RESULTS_FILE)
+    damaged = best is None and tf.io.gfile.exists(os.path.join(self.directory, RESULTS_FILE))
+    if best is not None and not (best.get('best_metric', self.metric) in best and 'global_step' in best
+                                 and self._holds_files(best)):
+      logging.warning('%s names checkpoint %r, whose files are not in %s (or the record is incomplete): ignoring '
+                      'it.', os.path.join(self.directory, RESULTS_FILE), best.get('best_checkpoint'), self.directory)
+      best = self._committed = None
+      damaged = True
+    if damaged:  # never a reason to stop: nothing is deleted, and the next new best replaces it all
+      logging.warning('The next evaluation rebuilds the best checkpoint in %s; training goes on.', self.directory)
     if best is not None and not self.writer:  # a reader takes what best/ holds, whichever metric chose it
       self.metric, self.goal = best.get('best_metric', self.metric), best.get('best_metric_goal', self.goal)
     if best is not None and (best.get('best_metric'), best.get('best_metric_goal')) != (self.metric, self.goal):
@@ -83,7 +99,9 @@ class BestCheckpoint:
     if best is not None and progress.get('best_step') == best.get('global_step'):
       self.evals_without_improvement = int(progress.get('evals_without_improvement', 0))
       self.last_evaluated_step = int(progress.get('last_evaluated_step', best['global_step']))
-    if self.writer and tf.io.gfile.isdir(self.directory):
+    elif best is not None:  # committed a new best, stopped before progress.json: that evaluation improved
+      self.last_evaluated_step = int(best['global_step'])
+    if self.writer and tf.io.gfile.isdir(self.directory) and not damaged:
       self._tidy()
     if best is not None:
       logging.info('Best checkpoint so far: %s=%.4f at step %d (%s).', self.metric, best[self.metric],
@@ -128,6 +146,10 @@ class BestCheckpoint:
                        f'{", ".join(numeric)}.')
     value = float(results[self.metric])
     self.last_evaluated_step = int(results['global_step'])
+    if self.writer and self.best is not None and not self._holds_files(self.best):
+      logging.warning('%s no longer holds the best checkpoint %s (removed during the run?): the next improvement on '
+                      '%s=%.4f writes it again; until then export_best exports the latest checkpoint.',
+                      self.directory, self.best['best_checkpoint'], self.metric, self.value)
     if self._first_step_of_run is None:
       self._first_step_of_run = self.last_evaluated_step
     source = results.get('checkpoint') or ''
