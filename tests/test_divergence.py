@@ -107,3 +107,21 @@ def test_a_diverging_cli_run_exits_with_the_message_keeps_checkpoints_and_export
   assert 'error: Training diverged at step' in proc.stderr, proc.stderr[-3000:]
   assert 'a lower base_learning_rate (now 400)' in proc.stderr and 'milder class_weights' in proc.stderr
   assert tf.train.latest_checkpoint(model_dir) is not None and not os.path.exists(export_dir)
+
+
+def test_train_and_evaluate_warns_when_the_first_evaluation_stays_the_best(tmp_path, caplog, monkeypatch):
+  runner = test_estimator.make_runner(tmp_path, iterations_per_loop=5, save_checkpoints_steps=5)
+  accuracies = iter([0.6, 0.4, 0.3])
+
+  def evaluate(*args, **kwargs):  # a run that got worse after its first evaluation
+    step = int(runner.global_step.numpy())
+    return {'global_step': step, 'top_1_accuracy': next(accuracies),
+            'checkpoint': tf.train.latest_checkpoint(str(tmp_path))}
+
+  monkeypatch.setattr(runner, 'evaluate', evaluate)
+  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  runner.train_and_evaluate(test_estimator.train_input, test_estimator.eval_input, max_steps=15, steps_per_eval=5,
+                            best=best)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert any("this run's first evaluation (top_1_accuracy=0.6000 at step 5) and all 2 evaluation(s) after it "
+             "were worse" in w for w in warnings), warnings
