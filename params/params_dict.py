@@ -483,11 +483,11 @@ def override_params_dict(params: ParamsDict, dict_or_string_or_yaml_file: Union[
                      f'YAML/JSON string or a YAML file path.')
   if not source.strip():
     return params
-  params.override(_parse_override_string(source), is_strict)
+  params.override(parse_override_string(source), is_strict)
   return params
 
 
-def _parse_override_string(text: str) -> Dict[str, Any]:
+def parse_override_string(text: str) -> Dict[str, Any]:
   """The mapping a CSV, YAML/JSON or file-path override string stands for."""
   try:
     return json.loads(nested_csv_str_to_json_str(text))

@@ -36,6 +36,7 @@ class Param:
   checks: Tuple[str, ...] = ()
   model: bool = False     # defines the model (its variables or their function): must match the run in model_dir
   words: Tuple[str, ...] = ()  # strings accepted besides values of ``type`` (e.g. 'balanced' for a list)
+  modes: Tuple[str, ...] = ()  # the --mode values it acts in; () = every mode (see unused_in_mode)
 
   @property
   def value_type(self) -> type:
@@ -43,6 +44,10 @@ class Param:
 
 
 P = Param
+# Modes a param acts in (Param.modes).
+TRAINING = ('train', 'train_and_eval')
+EXPORTING = ('train', 'train_and_eval', 'export')
+EVALUATING = ('train_and_eval', 'eval')
 DEPTHS = architectures.SUPPORTED_DEPTHS
 STRATEGIES = run_config.STRATEGIES
 PRECISIONS = ('float32', 'bfloat16', 'float16')
@@ -130,55 +135,62 @@ PARAMS: Tuple[Param, ...] = (
       'directly, so only false is accepted.'),
     # --- optimisation ---
     P('train_batch_size', 1024, 'Global training batch size.', checks=('> 0',)),
-    P('eval_batch_size', 1024, 'Global eval batch size.', checks=('> 0',)),
-    P('predict_batch_size', 256, 'Global predict batch size.', checks=('> 0',)),
+    P('eval_batch_size', 1024, 'Global eval batch size.', checks=('> 0',), modes=EVALUATING),
+    P('predict_batch_size', 256, 'Global predict batch size.', checks=('> 0',), modes=('predict',)),
     P('train_steps', 112590, 'Total training steps (also sets the LR and DropBlock schedules).', checks=('>= 0',)),
     P('base_learning_rate', 0.1, 'Learning rate for a global batch of 256, scaled linearly with the batch.',
-      checks=('>= 0',)),
+      checks=('>= 0',), modes=TRAINING),
     P('lr_schedule', 'stepwise', "'stepwise' (x0.1 at 30, 60, 80 of 90 epochs' worth of train_steps), 'cosine' "
-      "or 'exponential' (ramp-up, sustain, per-epoch decay).", choices=('stepwise', 'cosine', 'exponential')),
-    P('lr_warmup_epochs', 5.0, 'Stepwise/cosine: linear warm-up from 0, in epochs.', checks=('>= 0',)),
+      "or 'exponential' (ramp-up, sustain, per-epoch decay).", choices=('stepwise', 'cosine', 'exponential'),
+      modes=TRAINING),
+    P('lr_warmup_epochs', 5.0, 'Stepwise/cosine: linear warm-up from 0, in epochs.', checks=('>= 0',), modes=TRAINING),
     P('lr_rampup_epochs', 5.0, 'Exponential schedule: epochs of linear ramp from lr_start to the peak.',
-      checks=('>= 0',)),
-    P('lr_sustain_epochs', 0.0, 'Exponential schedule: epochs held at the peak.', checks=('>= 0',)),
-    P('lr_exp_decay', 0.8, 'Exponential schedule: decay factor per epoch after the sustain.', checks=('> 0',)),
-    P('lr_start', 1e-5, 'Exponential schedule: first learning rate.', checks=('>= 0',)),
-    P('lr_min', 1e-5, 'Exponential schedule: learning-rate floor.', checks=('>= 0',)),
-    P('momentum', 0.9, 'SGD momentum.', checks=('>= 0', '< 1')),
-    P('use_nesterov', True, 'Nesterov momentum (the momentum optimizer only: LARS, as the reference, has none).'),
+      checks=('>= 0',), modes=TRAINING),
+    P('lr_sustain_epochs', 0.0, 'Exponential schedule: epochs held at the peak.', checks=('>= 0',), modes=TRAINING),
+    P('lr_exp_decay', 0.8, 'Exponential schedule: decay factor per epoch after the sustain.', checks=('> 0',),
+      modes=TRAINING),
+    P('lr_start', 1e-5, 'Exponential schedule: first learning rate.', checks=('>= 0',), modes=TRAINING),
+    P('lr_min', 1e-5, 'Exponential schedule: learning-rate floor.', checks=('>= 0',), modes=TRAINING),
+    P('momentum', 0.9, 'SGD momentum.', checks=('>= 0', '< 1'), modes=TRAINING),
+    P('use_nesterov', True, 'Nesterov momentum (the momentum optimizer only: LARS, as the reference, has none).',
+      modes=TRAINING),
     P('weight_decay', 1e-4, 'L2 weight decay: wd * sum(w^2)/2 over non-normalisation variables.',
       checks=('>= 0',)),
     P('label_smoothing', 0.0, 'Label smoothing.', checks=('>= 0', '< 1')),
     P('freeze_batch_norm', False, 'Fine-tuning: batch norm in inference mode while training (its moving statistics '
-      'stay those of the checkpoint; gamma and beta still learn), for batches too small for good statistics.'),
+      'stay those of the checkpoint; gamma and beta still learn), for batches too small for good statistics.',
+      modes=TRAINING),
     P('train_head_only_steps', 0, 'Fine-tuning: train only the classifier head for the first N steps (the '
-      'backbone gets no update), then everything.', checks=('>= 0',)),
+      'backbone gets no update), then everything.', checks=('>= 0',), modes=TRAINING),
     P('layer_decay', None, "Fine-tuning: layer-wise learning-rate decay per stage (timm's --layer-decay): the "
       'head learns at the full rate, block group g at layer_decay**(5-g), the stem at layer_decay**5; unset = off.',
-      float, checks=('> 0', '<= 1')),
+      float, checks=('> 0', '<= 1'), modes=TRAINING),
     P('class_weights', None, "Weight of each class in the training loss: 'balanced' (n_images / (n_classes x "
       "n_class) from data_dir/summary.json's train counts) or a list, one per model class; unset = all 1. Eval "
-      'is unweighted.', list, words=('balanced',)),
+      'is unweighted.', list, words=('balanced',), modes=TRAINING),
     P('class_weight_normalization', 'batch_size', "How the class-weighted loss is averaged: 'batch_size' = "
       "sum(w x CE) / global batch (Keras fit's sample weights), 'weight_sum' = sum(w x CE) / sum(w) over the global "
       "batch (PyTorch's CrossEntropyLoss(weight=...)). Without class_weights both are the mean.",
-      choices=('batch_size', 'weight_sum')),
+      choices=('batch_size', 'weight_sum'), modes=TRAINING),
     P('mixup_alpha', 0.0, 'Mixup: each training batch blended with itself reversed, by lambda ~ Beta(a, a) '
-      '(e.g. 0.2); 0 = off.', checks=('>= 0',)),
+      '(e.g. 0.2); 0 = off.', checks=('>= 0',), modes=TRAINING),
     P('cutmix_alpha', 0.0, 'CutMix: a box of the reversed batch pasted in, area ~ Beta(a, a) (e.g. 1.0); 0 = off. '
-      'With mixup too, one of them per batch (mix_switch_prob).', checks=('>= 0',)),
-    P('mix_prob', 1.0, 'Mixup/CutMix: probability that a batch is mixed at all.', checks=('>= 0', '<= 1')),
+      'With mixup too, one of them per batch (mix_switch_prob).', checks=('>= 0',), modes=TRAINING),
+    P('mix_prob', 1.0, 'Mixup/CutMix: probability that a batch is mixed at all.', checks=('>= 0', '<= 1'),
+      modes=TRAINING),
     P('mix_switch_prob', 0.5, 'With both mixup and CutMix on: probability of CutMix for a batch.',
-      checks=('>= 0', '<= 1')),
+      checks=('>= 0', '<= 1'), modes=TRAINING),
     P('gradient_accumulation_steps', 1, 'Split each replica\'s batch into this many micro-batches, run one after '
       'another, and apply their summed gradients once: train_batch_size stays the batch of one update, memory '
-      'is that of one micro-batch. Batch norm normalises each micro-batch.', checks=('>= 1',)),
-    P('enable_lars', False, 'LARS optimizer with its warm-up + polynomial-decay schedule (batches of 8k and up).'),
+      'is that of one micro-batch. Batch norm normalises each micro-batch.', checks=('>= 1',), modes=TRAINING),
+    P('enable_lars', False, 'LARS optimizer with its warm-up + polynomial-decay schedule (batches of 8k and up).',
+      modes=TRAINING),
     P('poly_rate', 0.0, 'LARS: peak learning rate; 0 = by batch size (10 below 16k, 25 below 32k, ...). The '
-      'decay after the warm-up is always quadratic.', checks=('>= 0',)),
+      'decay after the warm-up is always quadratic.', checks=('>= 0',), modes=TRAINING),
     P('moving_average_decay', None, 'Keep an exponential moving average of the weights with this decay '
       '(e.g. 0.9999); eval uses it; unset = off.', float, checks=('> 0', '< 1')),
-    P('export_moving_average', False, 'Export the moving-average weights instead of the trained ones.'),
+    P('export_moving_average', False, 'Export the moving-average weights instead of the trained ones.',
+      modes=EXPORTING),
     P('random_seed', None, 'Seed for weights, input order and augmentation. Set: bit-identical runs on the same '
       'machine (deterministic ops, slower). Unset: fast and nondeterministic.', int),
     # --- devices and cluster ---
@@ -198,7 +210,8 @@ PARAMS: Tuple[Param, ...] = (
       'from it.', str),
     P('iterations_per_loop', 1251, 'Steps per compiled loop: one host round trip, one summary point.',
       checks=('> 0',)),
-    P('steps_per_eval', 1251, 'train_and_eval: training steps between evaluations.', checks=('> 0',)),
+    P('steps_per_eval', 1251, 'train_and_eval: training steps between evaluations.', checks=('> 0',),
+      modes=('train_and_eval',)),
     P('save_checkpoints_steps', None, 'Checkpoint interval in steps; unset = max(5000, iterations_per_loop).',
       int, checks=('> 0',)),
     P('keep_checkpoint_max', 5, 'Checkpoints to keep.', checks=('> 0',)),
@@ -209,37 +222,41 @@ PARAMS: Tuple[Param, ...] = (
     P('max_misclassified_rows', 1000, 'Eval: list at most this many misclassified images (the most confident) '
       'in model_dir/<eval>_misclassified.csv; 0 = no list.', checks=('>= 0',)),
     P('best_metric', 'top_1_accuracy', 'Eval metric that picks model_dir/best/ (train_and_eval and continuous '
-      'eval), e.g. loss or macro_f1.'),
+      'eval), e.g. loss or macro_f1.', modes=EVALUATING),
     P('best_metric_goal', 'auto', "Whether best_metric is better 'max' or 'min'; auto = min for losses and "
-      'errors, max otherwise.', choices=('auto', 'max', 'min')),
+      'errors, max otherwise.', choices=('auto', 'max', 'min'), modes=EVALUATING),
     P('keep_best_checkpoint', True, 'Keep a copy of the best checkpoint by best_metric in model_dir/best/ (also '
       'kept when early_stopping_evals or export_best need it; never '
-      'deleted by keep_checkpoint_max).'),
+      'deleted by keep_checkpoint_max).', modes=EVALUATING),
     P('early_stopping_evals', 0, 'train_and_eval: stop after this many evaluations in a row without improvement '
-      'of best_metric; 0 = off.', checks=('>= 0',)),
+      'of best_metric; 0 = off.', checks=('>= 0',), modes=('train_and_eval',)),
     P('eval_timeout', None, 'Eval mode: seconds to wait for a new checkpoint; unset = forever.', int,
-      checks=('>= 0',)),
+      checks=('>= 0',), modes=('eval',)),
     P('eval_checkpoint', None, 'Eval mode: evaluate this one checkpoint (prefix or directory) once and exit.',
-      str),
-    P('stop_on_nan', True, 'Stop training when the loss becomes NaN or Inf.'),
+      str, modes=('eval',)),
+    P('stop_on_nan', True, 'Stop training when the loss becomes NaN or Inf.', modes=TRAINING),
     P('on_divergence', 'stop', 'When the training cross-entropy explodes after the warm-up (3x that of a uniform '
       'guess, or back above it after reaching half of it, for 2 loops in a row): stop (an error, no export; '
-      'checkpoints kept), warn, or off.', choices=('stop', 'warn', 'off')),
+      'checkpoints kept), warn, or off.', choices=('stop', 'warn', 'off'), modes=TRAINING),
     # --- warm start, export, predict ---
     P('resnet_checkpoint', None, 'Warm start from this checkpoint (prefix or directory), e.g. ImageNet weights '
-      'for fine-tuning; applies to a new model_dir only.', str),
+      'for fine-tuning; applies to a new model_dir only.', str, modes=EXPORTING),
     P('allow_partial_warm_start', False, 'Warm start even when some backbone variables are missing from the '
       'checkpoint or differ in shape (they keep their initial values).'),
-    P('export_dir', None, 'Export a SavedModel here after training.', str),
-    P('export_best', False, 'Export the best checkpoint (model_dir/best/) instead of the last one.'),
+    P('export_dir', None, 'Export a SavedModel here after training.', str, modes=EXPORTING),
+    P('export_best', False, 'Export the best checkpoint (model_dir/best/) instead of the last one.',
+      modes=('train_and_eval', 'export')),
     P('export_tflite', False, 'Also write model.tflite (float32, batch 1) into the export, checked against the '
-      'SavedModel.'),
-    P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).'),
-    P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list),
-    P('model_name', 'resnet', 'Model name in the TF Serving warm-up requests.'),
-    P('predict_input', None, 'Predict mode: glob of image files to classify instead of test-* records.', str),
-    P('predict_output', None, 'Predict mode: CSV to write; unset = model_dir/predictions.csv.', str),
-    P('predict_top_k', 5, 'Predict mode: classes reported per image.', checks=('> 0',)),
+      'SavedModel.', modes=EXPORTING),
+    P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).',
+      modes=EXPORTING),
+    P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list, modes=EXPORTING),
+    P('model_name', 'resnet', 'Model name in the TF Serving warm-up requests.', modes=EXPORTING),
+    P('predict_input', None, 'Predict mode: glob of image files to classify instead of test-* records.', str,
+      modes=('predict',)),
+    P('predict_output', None, 'Predict mode: CSV to write; unset = model_dir/predictions.csv.', str,
+      modes=('predict',)),
+    P('predict_top_k', 5, 'Predict mode: classes reported per image.', checks=('> 0',), modes=('predict',)),
     # --- profiling ---
     P('profile_every_n_steps', 0, '> 0: capture a profile every N steps.', checks=('>= 0',)),
     P('profile_duration_ms', 1000, 'Milliseconds per periodic profile capture, on any device (the reference\'s '
@@ -379,6 +396,16 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
 Source = Union[str, Mapping[str, Any]]
 # Any item may come as a (label, item) pair: its errors then start with the label.
 Labelled = Union[Source, Tuple[str, Source]]
+
+
+def unused_in_mode(keys: Sequence[str], mode: str) -> list:
+  """A message for each of ``keys`` (params the user gave) that does nothing in ``mode``, from Param.modes."""
+  out = []
+  for key in keys:
+    param = PARAMS_BY_NAME.get(ALIASES.get(key, key))
+    if param is not None and param.modes and mode not in param.modes:
+      out.append(f'{param.name} does nothing in --mode={mode} (it acts in --mode={"/".join(param.modes)})')
+  return out
 
 
 def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,

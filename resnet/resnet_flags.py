@@ -102,6 +102,15 @@ def explicit_param_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Dict[st
           if key in flag_values and flag_values[key].value is not None}
 
 
+def given_param_keys(flag_values: flags.FlagValues = flags.FLAGS) -> List[str]:
+  """The params keys the command line names, by flag or --param_overrides (config files are shared by every
+  mode, so they are not the user asking for a param in this one)."""
+  keys = list(explicit_param_flags(flag_values))
+  for override in _flag_list(flag_values, 'params_override'):
+    keys += list(params_dict.parse_override_string(override))
+  return keys
+
+
 def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       fill_from_data: bool = True) -> params_dict.ParamsDict:
   """The run's params from parsed flags (see the module docstring for the order): ``resnet_config.make_params``

@@ -449,6 +449,8 @@ def main(argv: Any) -> None:
     raise app.UsageError('--model_dir is required (checkpoints, summaries and params.yaml go there).')
   logging.info('Effective params:\n%s', params_dict.params_to_yaml_string(params))
   mode = FLAGS.mode
+  for unused in resnet_config.unused_in_mode(resnet_flags.given_param_keys(FLAGS), mode):
+    logging.warning('%s: remove it, or run that mode.', unused)
   if mode == 'export' and not params.export_dir:
     sys.exit('error: --mode=export needs --export_dir (where the SavedModel goes).')
   try:

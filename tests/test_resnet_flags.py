@@ -393,3 +393,28 @@ def test_params_load_without_tensorflow():
   out = subprocess.run([sys.executable, '-c', code], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        capture_output=True, text=True, timeout=120, check=True).stdout
   assert out.strip() == 'False'
+
+
+def test_params_given_for_another_mode_are_named_by_their_own_modes():
+  """One mechanism: each param knows the modes it acts in; the command line's params are checked against it."""
+  assert all(set(p.modes) <= set(rf.MODES) for p in resnet_config.PARAMS)
+  given = rf.given_param_keys(_flags('--mode=eval', '--early_stopping_evals=3', '--resnet_depth=18',
+                                     '--params_override=mixup_alpha=0.2,skip_host_call=true'))
+  assert sorted(given) == ['early_stopping_evals', 'mixup_alpha', 'resnet_depth', 'skip_host_call']
+  assert resnet_config.unused_in_mode(given, 'eval') == [
+      'early_stopping_evals does nothing in --mode=eval (it acts in --mode=train_and_eval)',
+      'mixup_alpha does nothing in --mode=eval (it acts in --mode=train/train_and_eval)']
+  assert not resnet_config.unused_in_mode(given, 'train_and_eval')
+  assert resnet_config.unused_in_mode(['predict_top_k', 'export_tflite'], 'train') == [
+      'predict_top_k does nothing in --mode=train (it acts in --mode=predict)']
+
+
+def test_the_cli_warns_about_a_param_its_mode_ignores(tmp_path):
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  proc = subprocess.run([sys.executable, '-m', 'resnet.resnet_main', '--mode=export', f'--model_dir={tmp_path}',
+                         '--early_stopping_evals=3', '--num_label_classes=4'],
+                        capture_output=True, text=True, timeout=300, check=False,
+                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert 'early_stopping_evals does nothing in --mode=export (it acts in --mode=train_and_eval): remove it' in (
+      proc.stderr), proc.stderr[-2000:]
