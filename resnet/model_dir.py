@@ -26,6 +26,11 @@ class ModelDirMismatch(ValueError):
   """model_dir's checkpoints belong to a model defined by other params."""
 
 
+def recorded_params(model_dir: str) -> Optional[Dict[str, Any]]:
+  """The params the training run of ``model_dir`` recorded (params.yaml), or None."""
+  return _read_saved(os.path.join(model_dir, PARAMS_FILE))
+
+
 def _read_saved(path: str) -> Optional[Dict[str, Any]]:
   if not tf.io.gfile.exists(path):
     return None

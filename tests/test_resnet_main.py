@@ -152,6 +152,21 @@ def test_predict_over_raw_image_files(trained, records, tmp_path):
   assert all(row['true_label'] == '' for row in rows)
 
 
+def test_predict_with_a_labels_file_one_name_short_is_refused_naming_both(trained, records, tmp_path):
+  """One name short of a model trained without a background class would make class 0 'background' and shift
+  every name by one."""
+  model_dir, _ = trained
+  names = open(os.path.join(records, 'labels.txt')).read().split()
+  short = tmp_path / 'labels.txt'
+  short.write_text('\n'.join(names[1:]) + '\n')
+  image_dir = os.path.join(os.path.dirname(records), 'images', 'circles')
+  proc = run_main('--mode=predict', f'--predict_input={image_dir}/*', f'--model_dir={model_dir}', *TINY,
+                  f'--labels_file={short}', f'--predict_output={tmp_path / "p.csv"}')
+  assert proc.returncode != 0 and not (tmp_path / 'p.csv').exists()
+  assert (f'{short} lists 3 class names, but the model in {model_dir} was trained with {records}/labels.txt, which '
+          'lists 4 (4 model classes and no background class)') in proc.stderr, proc.stderr[-3000:]
+
+
 def test_one_shot_eval_of_a_given_checkpoint(trained, records):
   model_dir, _ = trained
   proc = run_main('--mode=eval', f'--data_dir={records}', f'--model_dir={model_dir}', *TINY,
