@@ -183,8 +183,7 @@ PARAMS: Tuple[Param, ...] = (
     P('gradient_accumulation_steps', 1, 'Split each replica\'s batch into this many micro-batches, run one after '
       'another, and apply their summed gradients once: train_batch_size stays the batch of one update, memory '
       'is that of one micro-batch. Batch norm normalises each micro-batch.', checks=('>= 1',), modes=TRAINING),
-    P('enable_lars', False, 'LARS optimizer with its warm-up + polynomial-decay schedule (batches of 8k and up).',
-      modes=TRAINING),
+    P('enable_lars', False, 'LARS optimizer with its warm-up + polynomial-decay schedule (batches of 8k and up).'),
     P('poly_rate', 0.0, 'LARS: peak learning rate; 0 = by batch size (10 below 16k, 25 below 32k, ...). The '
       'decay after the warm-up is always quadratic.', checks=('>= 0',), modes=TRAINING),
     P('moving_average_decay', None, 'Keep an exponential moving average of the weights with this decay '
@@ -240,7 +239,7 @@ PARAMS: Tuple[Param, ...] = (
       'checkpoints kept), warn, or off.', choices=('stop', 'warn', 'off'), modes=TRAINING),
     # --- warm start, export, predict ---
     P('resnet_checkpoint', None, 'Warm start from this checkpoint (prefix or directory), e.g. ImageNet weights '
-      'for fine-tuning; applies to a new model_dir only.', str, modes=EXPORTING),
+      'for fine-tuning; applies to a new model_dir only.', str),
     P('allow_partial_warm_start', False, 'Warm start even when some backbone variables are missing from the '
       'checkpoint or differ in shape (they keep their initial values).'),
     P('export_dir', None, 'Export a SavedModel here after training.', str, modes=EXPORTING),

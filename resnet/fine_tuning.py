@@ -76,8 +76,12 @@ def log_settings(params: Mapping[str, Any]) -> None:
     factors = ', '.join(f'{name} {decay ** (HEAD_STAGE - s):.3g}' for s, name in enumerate(STAGE_NAMES))
     logging.info('layer_decay=%g: learning-rate factor per stage: %s.', decay, factors)
   if params['train_head_only_steps']:
-    logging.info('train_head_only_steps=%d: only the classifier head learns before step %d.',
-                 params['train_head_only_steps'], params['train_head_only_steps'])
+    logging.info('train_head_only_steps=%d: only the classifier head learns before step %d, on the backbone in '
+                 'inference mode.', params['train_head_only_steps'], params['train_head_only_steps'])
+    if not params['resnet_checkpoint']:
+      logging.warning('train_head_only_steps without resnet_checkpoint: the head learns on a random backbone with '
+                      'untrained batch-norm statistics for %d steps. It is for fine-tuning pretrained weights.',
+                      params['train_head_only_steps'])
 
 
 def freeze_batch_norm_statistics(model: keras.Model) -> int:

@@ -92,10 +92,8 @@ def detect(path: str) -> Optional[str]:
   head = _head(path)
   try:
     file_format = _format(path, head)
-  except ValueError:
-    raise
-  except Exception as e:  # pylint: disable=broad-except  (h5py, zipfile: a damaged container)
-    raise ValueError(damaged(path, 'an HDF5 or zip file', e)) from e
+  except _READ_ERRORS as e:  # h5py, zipfile: a damaged container
+    raise ValueError(damaged(path, 'an HDF5 file' if head.startswith(HDF5_MAGIC) else 'a zip archive', e)) from e
   if file_format is None and _is_file(path):
     found = f'it starts with {head[:16]!r}' if head else 'it is empty'
     raise ValueError(f'{path} is a file in no weights format read here ({found}). Read: {FORMATS_READ}. Pass one '
@@ -158,15 +156,26 @@ def _reader(path: str):
   return file_format, keras_weights
 
 
+def _read_errors() -> Tuple[type, ...]:
+  """What the reader libraries raise on a damaged or truncated file (not storage errors: TensorFlow's OpError
+  from a gs:// copy passes, as do this module's own ValueErrors)."""
+  import pickle  # pylint: disable=g-import-not-at-top
+  import zipfile  # pylint: disable=g-import-not-at-top
+  errors = [OSError, EOFError, KeyError, struct.error, zipfile.BadZipFile, pickle.UnpicklingError]
+  with contextlib.suppress(ImportError):
+    from safetensors import SafetensorError  # pylint: disable=g-import-not-at-top
+    errors.append(SafetensorError)
+  return tuple(errors)
+
+
+_READ_ERRORS = _read_errors()
+
+
 @contextlib.contextmanager
-def _reading(path: str, local: str, file_format: str) -> Iterator[None]:
-  """Our own messages (they name the file) pass; a reader library's (h5py, safetensors, zipfile, numpy on short
-  data) is a damaged file and says so."""
+def _reading(path: str, file_format: str) -> Iterator[None]:
   try:
     yield
-  except Exception as e:  # pylint: disable=broad-except
-    if isinstance(e, ValueError) and (path in str(e) or local in str(e)):
-      raise
+  except _READ_ERRORS as e:
     raise ValueError(damaged(path, file_format, e)) from e
 
 
@@ -175,7 +184,7 @@ def inspect(path: str) -> Optional[Header]:
   file_format, reader = _reader(path)
   if reader is None:
     return None
-  with local_copy(path) as local, _reading(path, local, file_format):
+  with local_copy(path) as local, _reading(path, file_format):
     header = reader.inspect(local, file_format)
   header.path = path
   return header
@@ -186,7 +195,7 @@ def load(path: str) -> Optional[ForeignWeights]:
   file_format, reader = _reader(path)
   if reader is None:
     return None
-  with local_copy(path) as local, _reading(path, local, file_format):
+  with local_copy(path) as local, _reading(path, file_format):
     header, layers, unused = reader.load(local, file_format)
   header.path = path
   tensors, sources, folded = fold_into_tf1(layers)

@@ -241,12 +241,15 @@ def divergence_guard(params: Params) -> hooks_lib.DivergenceGuard:
     scale = max(1.0, sum(weights) / len(weights))
   fixes = [f'a lower base_learning_rate (now {params.base_learning_rate:g})']
   if weights:
-    fixes.append('milder class_weights or class_weight_normalization=weight_sum')
+    fixes.append('milder class_weights' + (' or class_weight_normalization=weight_sum'
+                                            if params.class_weight_normalization == 'batch_size' else ''))
   if params.precision != 'float32':
     fixes.append(f'precision=float32 (now {params.precision})')
   stop = params.on_divergence == 'stop'
-  advice = (f'The checkpoints saved so far are kept{"; nothing is exported" if stop else ""}. Try '
-            f'{", ".join(fixes)}; on_divergence=warn lets a run go on.')
+  advice = f'Try {", ".join(fixes)}.'
+  if stop:
+    advice = f'The run stops here: no checkpoint of this loop, nothing exported. {advice} on_divergence=warn goes on.'
+
   chance = math.log(max(params.num_label_classes, 2)) * scale
   return hooks_lib.DivergenceGuard(chance, lr_schedules.warmup_steps(params), stop=stop,
                                    key=resnet_model_fn.CROSS_ENTROPY, advice=advice)
@@ -285,14 +288,15 @@ def export(estimator: Estimator, params: Params,
       best = best_checkpoint_lib.BestCheckpoint(params.model_dir, params.best_metric, params.best_metric_goal,
                                                 writer=False)
     checkpoint = best.checkpoint_path
-    if checkpoint is None:
+    if checkpoint is None and not best.damaged:
       raise ValueError(f'export_best=true but {params.model_dir}/best/ holds no checkpoint: it is kept by '
                        'train_and_eval (and continuous eval); use mode=train_and_eval, or export_best=false.')
-    if tf.io.gfile.exists(checkpoint + '.index'):
+    if checkpoint is not None and tf.io.gfile.exists(checkpoint + '.index'):
       logging.info('Exporting the best checkpoint %s (%s=%.4f).', checkpoint, best.metric, best.value)
     else:
-      logging.warning('export_best: the best checkpoint %s is gone (best/ removed during the run?): exporting the '
-                      'latest checkpoint of %s instead.', checkpoint, params.model_dir)
+      gone = f'its checkpoint {checkpoint} is gone (removed during the run?)' if checkpoint else 'it is damaged'
+      logging.warning('export_best: %s/best/: %s; exporting the latest checkpoint of %s instead.',
+                      params.model_dir, gone, params.model_dir)
       checkpoint = None
   assets = None
   if params.add_warmup_requests:
@@ -346,6 +350,10 @@ def check_class_names_against_training(params: Params) -> None:
     return
   trained_names = dataset_info.model_class_names(trained_path, 0)
   names = dataset_info.model_class_names(path, 0)
+  if names and not trained_names:
+    logging.warning('Cannot read %s, the class names %s was trained with: the names in the predictions come from %s '
+                    'unchecked (they are right only if it lists the same classes in the same order).',
+                    trained_path, params.model_dir, path)
   if trained_names and names and len(names) != len(trained_names):
     background = ' and no background class' if len(trained_names) == params.num_label_classes else ''
     raise ValueError(f'{path} lists {len(names)} class names, but the model in {params.model_dir} was trained with '

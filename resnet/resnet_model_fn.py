@@ -253,9 +253,10 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   if ema is not None:
     ema.update(step + 1)  # the reference's num_updates: the global step after this update
   epoch = tf.cast(step, tf.float32) / lr_schedules.params_steps_per_epoch(params)
-  # Scalars are averaged over replicas: each reports its share of the cross-entropy times the replica count.
-  return EstimatorSpec(ModeKeys.TRAIN, loss=loss, scalars={'learning_rate': lr, 'current_epoch': epoch,
-                                                           CROSS_ENTROPY: cross_entropy * replicas})
+  # Scalars are averaged over replicas: each reports its share of the cross-entropy times the replica count. The
+  # cross-entropy is averaged over the loop's steps too, as the loss is (the divergence check reads it).
+  return EstimatorSpec(ModeKeys.TRAIN, loss=loss, scalars={'learning_rate': lr, 'current_epoch': epoch},
+                       mean_scalars={CROSS_ENTROPY: cross_entropy * replicas})
 
 
 def _loss_denominator(targets: tf.Tensor, params: Mapping[str, Any], replicas: int) -> tf.Tensor:
@@ -265,10 +266,7 @@ def _loss_denominator(targets: tf.Tensor, params: Mapping[str, Any], replicas: i
   global_batch = tf.constant(float(params['batch_size'] * replicas))
   if params['class_weights'] is None or params['class_weight_normalization'] == 'batch_size':
     return global_batch
-  weight_sum = tf.reduce_sum(tf.stop_gradient(targets))
-  context = tf.distribute.get_replica_context()
-  if context is not None and replicas > 1:
-    weight_sum = context.all_reduce(tf.distribute.ReduceOp.SUM, weight_sum)
+  weight_sum = optimizers.sum_over_replicas([tf.reduce_sum(tf.stop_gradient(targets))])[0]
   # All-zero weights in a batch (only zero-weight classes drawn): no loss rather than 0/0.
   return tf.maximum(weight_sum, 1e-12)
 

@@ -225,7 +225,7 @@ def warm_start(model: keras.Model, checkpoint: str, allow_partial: bool = False,
   if mismatches and not allow_partial:
     raise WarmStartMismatchError(_mismatch_message(summary, mismatches, variables))
   if foreign is not None and foreign.unused and not allow_partial:
-    raise WarmStartMismatchError(_unused_message(summary))
+    raise WarmStartMismatchError(_unused_message(summary, len(to_assign)))
   for name, variable, key in to_assign:
     variable.assign(np.asarray(read(key)).astype(_numpy_dtype(variable)))
     summary.restored.append(name)
@@ -315,7 +315,7 @@ def _mismatch_message(summary: WarmStartSummary, mismatches, variables: Mapping[
           f'matching variables.')
 
 
-def _unused_message(summary: WarmStartSummary) -> str:
+def _unused_message(summary: WarmStartSummary, matching: int) -> str:
   """Every model variable found its tensor, but the file has more: layers this model lacks (an SE-ResNet's
   squeeze-excitation, say), so the copied weights would compute another function than the file's."""
   unused = summary.foreign.unused
@@ -326,8 +326,7 @@ def _unused_message(summary: WarmStartSummary) -> str:
   return (f'Warm start from {summary.checkpoint}: {summary.foreign.header.title()} holds {len(unused)} tensors '
           f'that no model variable takes: {_listed(unused)}{kind}. Without them the model would compute another '
           f'function than the file\'s. Nothing was copied. Use a plain ResNet file, or set '
-          f'allow_partial_warm_start=true to copy the {len(summary.restored) or "matching"} variables and drop '
-          f'them.')
+          f'allow_partial_warm_start=true to copy the {matching} matching variables and drop them.')
 
 
 def _architecture_hint(summary: WarmStartSummary) -> str:

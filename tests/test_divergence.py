@@ -29,7 +29,18 @@ def test_an_exploding_loss_stops_after_two_loops_naming_step_history_and_fixes()
   message = str(error.value)
   assert message.startswith('Training diverged at step 50: cross_entropy 25')   # the second loop above 3 ln 4
   assert '30: 0.9, 40: 5, 50: 25' in message and 'best of 0.9 at step 30' in message
-  assert message.endswith('Try a lower base_lr.')
+  assert message.endswith('Checkpoints up to step 30 predate the explosion. Try a lower base_lr.')
+
+
+def test_exploded_loops_count_across_train_calls():
+  """train_and_eval trains in chunks (one train() call each, often a single loop): the count goes on."""
+  guard = hooks_lib.DivergenceGuard(CHANCE, after_step=0, key='cross_entropy')
+  guard.begin(None, 0)
+  guard.after_loop(10, {'cross_entropy': 1.2})
+  guard.after_loop(20, {'cross_entropy': 9.0})
+  guard.begin(None, 20)
+  with pytest.raises(hooks_lib.LossExplodedError, match='step 30'):
+    guard.after_loop(30, {'cross_entropy': 12.0})
 
 
 def test_noise_warm_up_spikes_and_a_loss_near_chance_do_not_trip_it():
@@ -63,7 +74,10 @@ def test_the_estimator_stops_before_saving_the_exploded_loop_and_keeps_earlier_c
   history = [v for _, v in guard.history]
   assert all(math.isfinite(v) for v in history) and history[-1] > 3 * math.log(3)
   latest = tf.train.latest_checkpoint(str(tmp_path))
-  assert latest is not None and int(latest.rsplit('-', 1)[1]) == step - 2  # the exploded loop was not saved
+  assert latest is not None and int(latest.rsplit('-', 1)[1]) == step - 2  # the second exploded loop was not saved
+  # The first exploded loop may have been saved: the message names the last step before the explosion.
+  assert f'Checkpoints up to step {guard.healthy_step} predate the explosion' in str(error.value)
+  assert guard.healthy_step == step - 4
 
 
 def _results(step, accuracy):

@@ -270,7 +270,7 @@ def test_damaged_and_unknown_weight_files_name_the_file_what_was_found_and_the_f
     f.attrs['layer_names'] = [b'conv1_conv']
     f.create_dataset('conv1_conv/kernel', data=np.ones((7, 7, 3, 64), np.float32))
   h5.write_bytes(h5.read_bytes()[:3000])
-  with pytest.raises(ValueError, match=r'resnet50\.h5 starts as an HDF5 or zip file but cannot be read: OSError'):
+  with pytest.raises(ValueError, match=r'resnet50\.h5 starts as an HDF5 file but cannot be read: OSError'):
     resnet_config.make_params({'resnet_checkpoint': str(h5)}, fill_from_data=False)
 
   photo = tmp_path / 'weights.bin'

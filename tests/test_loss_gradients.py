@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from resnet import mixing
+from resnet import resnet_model
 from resnet import resnet_model_fn
 from tests.helpers import tiny
 
@@ -142,8 +143,17 @@ def test_float16_loss_scaled_step_gradient_equals_the_hand_formulation(tmp_path,
 
 
 def test_cross_entropy_scalar_is_the_loss_without_weight_decay(tmp_path):
-  _, _, logs = _real_and_expected(tmp_path, 'weighted', replicas=2)
-  assert logs[resnet_model_fn.CROSS_ENTROPY] == pytest.approx(logs['loss'], rel=1e-5)  # weight_decay=0 here
+  strategy = tiny.two_replicas()
+  params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=BATCH, num_train_images=64,
+                              weight_decay=1e-2, train_steps=3, iterations_per_loop=3, **CASES['weighted'])
+  keras.utils.set_random_seed(4)
+  estimator = tiny.resnet_estimator(params, strategy)
+  logs = estimator.train(_input, max_steps=3)  # one loop of 3 steps: both are means over its steps
+  decay = logs['loss'] - logs[resnet_model_fn.CROSS_ENTROPY]
+  assert 0.01 * logs['loss'] < decay < logs['loss']   # the weight-decay term, which the scalar leaves out
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  after = 1e-2 * sum(float(tf.nn.l2_loss(v)) for v in resnet_model.weight_decay_variables(model))
+  assert decay == pytest.approx(after, rel=0.05)      # the decay of the loop's weights (they move a little)
 
 
 def test_weight_sum_normalisation_divides_by_the_global_sum_of_weights(tmp_path):

@@ -167,6 +167,21 @@ def test_predict_with_a_labels_file_one_name_short_is_refused_naming_both(traine
           'lists 4 (4 model classes and no background class)') in proc.stderr, proc.stderr[-3000:]
 
 
+def test_export_best_with_a_damaged_best_record_exports_the_latest_with_a_warning(trained, records, tmp_path):
+  import shutil  # pylint: disable=import-outside-toplevel
+  model_dir = str(tmp_path / 'run')
+  shutil.copytree(trained[0], model_dir, ignore=shutil.ignore_patterns('export'))
+  with open(os.path.join(model_dir, 'best', 'eval_results.json'), 'w') as f:
+    f.write('{"loss": 1.2, "glo')                                 # cut short
+  proc = run_main('--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "export"}', *TINY,
+                  f'--data_dir={records}', '--export_best=true', '--best_metric=loss')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'best/eval_results.json is not a JSON record (damaged?)' in proc.stderr
+  assert 'best/ is damaged or its checkpoint  is gone' not in proc.stderr   # no empty name in the message
+  assert 'exporting the latest checkpoint of' in proc.stderr and os.listdir(tmp_path / 'export')
+  assert 'training goes on' not in proc.stderr                              # an export, not a training run
+
+
 def test_one_shot_eval_of_a_given_checkpoint(trained, records):
   model_dir, _ = trained
   proc = run_main('--mode=eval', f'--data_dir={records}', f'--model_dir={model_dir}', *TINY,

@@ -70,11 +70,16 @@ def spread(xs: Sequence[float]) -> str:
 
 def main(argv: Sequence[str]) -> None:
   args = argv[1:]
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  if any(a.startswith('--random_seed') for a in args):
+    raise app.UsageError('Seeds are this tool\'s to set: use --seeds=1,2,3 (or --runs=N unseeded), not --random_seed.')
   plan = FLAGS.seeds or [None] * FLAGS.runs
+  model_dirs = [os.path.join(FLAGS.output_dir, f'{FLAGS.name}-{i}') for i in range(1, len(plan) + 1)]
+  taken = [d for d in model_dirs if os.path.exists(d)]
+  if taken:  # resnet_main would resume them and report their old results
+    raise app.UsageError(f'{", ".join(taken)} exist already: pick another --name or --output_dir.')
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
   runs = []
-  for i, seed in enumerate(plan, 1):
-    model_dir = os.path.join(FLAGS.output_dir, f'{FLAGS.name}-{i}')
+  for i, (seed, model_dir) in enumerate(zip(plan, model_dirs), 1):
     runs.append(run_once(args, model_dir, seed))
     print(f'{FLAGS.name} run {i}/{len(plan)} (seed {seed}): exit {runs[-1]["exit_code"]}, '
           f'top-1 {runs[-1].get("top_1_accuracy", "-")}, {runs[-1]["wall_seconds"]} s', flush=True)

@@ -85,7 +85,8 @@ class BestCheckpoint:
                       'it.', os.path.join(self.directory, RESULTS_FILE), best.get('best_checkpoint'), self.directory)
       best = self._committed = None
       damaged = True
-    if damaged:  # never a reason to stop: nothing is deleted, and the next new best replaces it all
+    self.damaged = damaged
+    if damaged and self.writer:  # never a reason to stop: nothing is deleted, and the next new best replaces it all
       logging.warning('The next evaluation rebuilds the best checkpoint in %s; training goes on.', self.directory)
     if best is not None and not self.writer:  # a reader takes what best/ holds, whichever metric chose it
       self.metric, self.goal = best.get('best_metric', self.metric), best.get('best_metric_goal', self.goal)

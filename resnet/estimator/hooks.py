@@ -125,10 +125,11 @@ class EvalHook:
 
 class DivergenceGuard(LoopHook):
   """Catches a finite loss that explodes, which NanGuard cannot see: after ``after_step`` (the warm-up), a loop
-  whose mean loss is ``factor`` times the loss of a uniform guess (``chance``), or that is back above chance after
-  the run had reached half of it, counts as exploded; ``patience`` such loops in a row stop the run (``stop``;
-  raised before the estimator saves, so the checkpoints are those of before) or log a warning. ``key`` names the
-  logged value to watch (e.g. the loss without weight decay, which starts far from zero on its own)."""
+  whose mean loss is FACTOR times the loss of a uniform guess (``chance``), or that is back above chance after the
+  run had reached half of it, counts as exploded; PATIENCE such loops in a row (counted across train() calls, so
+  across train_and_eval's chunks) stop the run (``stop``: raised before the estimator saves that loop) or log a
+  warning. ``key`` names the logged loop mean to watch (e.g. the loss without weight decay, which starts far from
+  zero on its own)."""
 
   FACTOR = 3.0
   PATIENCE = 2
@@ -143,9 +144,7 @@ class DivergenceGuard(LoopHook):
     self.history: list = []
     self.best: Optional[Tuple[int, float]] = None
     self.exploded = 0
-
-  def begin(self, estimator, step: int) -> None:
-    self.exploded = 0
+    self.healthy_step: Optional[int] = None  # where the last loop before the exploded ones ended
 
   def _explodes(self, value: float) -> bool:
     if value > self.FACTOR * self.chance:
@@ -156,11 +155,13 @@ class DivergenceGuard(LoopHook):
     value = logs.get(self.key, logs.get('loss'))
     if value is None or not math.isfinite(value):
       return
-    self.history = (self.history + [(step, value)])[-self.HISTORY:]
     if step > self.after_step and self._explodes(value):
+      if not self.exploded:
+        self.healthy_step = self.history[-1][0] if self.history else None
       self.exploded += 1
     else:
       self.exploded = 0
+    self.history = (self.history + [(step, value)])[-self.HISTORY:]
     if self.best is None or value < self.best[1]:
       self.best = (step, value)
     if self.exploded != self.PATIENCE:
@@ -172,6 +173,8 @@ class DivergenceGuard(LoopHook):
 
   def message(self, step: int) -> str:
     shown = ', '.join(f'{s}: {v:.4g}' for s, v in self.history)
+    before = (f'Checkpoints up to step {self.healthy_step} predate the explosion' if self.healthy_step is not None
+              else 'It exploded from the first loop')
     return (f'Training diverged at step {step}: {self.key} {self.history[-1][1]:.4g}, exploded for {self.PATIENCE} '
             f'loops in a row, against {self.chance:.3g} for a uniform guess and a best of {self.best[1]:.4g} at '
-            f'step {self.best[0]}. {self.key} by step: {shown}. {self.advice}'.rstrip())
+            f'step {self.best[0]}. {self.key} by step: {shown}. {before}. {self.advice}'.rstrip())

@@ -74,7 +74,8 @@ class ReplicaFunctions:
     def train_replica(features, labels):
       spec = self._model_fn(features, labels, ModeKeys.TRAIN, params)
       scalars = {k: tf.cast(v, tf.float32) for k, v in (spec.scalars or {}).items()}
-      return tf.cast(spec.loss, tf.float32), scalars
+      means = {k: tf.cast(v, tf.float32) for k, v in (spec.mean_scalars or {}).items()}
+      return tf.cast(spec.loss, tf.float32), scalars, means
     return self._wrap(train_replica)
 
   def eval(self) -> Callable:
@@ -113,26 +114,31 @@ class TrainLoop:
     self._strategy = strategy
     self._replica_fn = replica_fn
     self._global_step = global_step
-    # The loop carries the last step's scalars, so it needs their names up front: trace one step (no run).
+    # The loop carries the last step's scalars and sums the mean scalars, so it needs their names up front: trace
+    # one step (no run).
     probe = tf.function(lambda element: strategy.run(replica_fn, args=split_element(element)))
-    self.scalar_names = sorted(probe.get_concrete_function(iterator.element_spec).structured_outputs[1])
+    outputs = probe.get_concrete_function(iterator.element_spec).structured_outputs
+    self.scalar_names, self.mean_names = sorted(outputs[1]), sorted(outputs[2])
 
     def step(iterator):
-      loss, scalars = strategy.run(replica_fn, args=split_element(next(iterator)))
+      loss, scalars, means = strategy.run(replica_fn, args=split_element(next(iterator)))
       global_step.assign_add(1)
-      return reduce_sum(strategy, loss), reduce_mean(strategy, scalars)
+      return reduce_sum(strategy, loss), reduce_mean(strategy, scalars), reduce_mean(strategy, means)
 
     def loop(iterator, num_steps):
       loss_sum = tf.constant(0.0, tf.float32)
       done = tf.constant(0.0, tf.float32)
       scalars = {k: tf.constant(0.0, tf.float32) for k in self.scalar_names}
+      mean_sums = {k: tf.constant(0.0, tf.float32) for k in self.mean_names}
       for _ in tf.range(num_steps):
         if check_stop_each_step and stop_flag:
           break
-        loss, scalars = step(iterator)
+        loss, scalars, means = step(iterator)
         loss_sum += loss
+        mean_sums = {k: mean_sums[k] + means[k] for k in self.mean_names}
         done += 1.0
-      return loss_sum / tf.maximum(done, 1.0), scalars
+      done = tf.maximum(done, 1.0)
+      return loss_sum / done, scalars, {k: v / done for k, v in mean_sums.items()}
 
     # One step without tf.range: profile tools group a while loop by iteration and would find no marked steps.
     self.single_step = tf.function(step)
@@ -140,10 +146,10 @@ class TrainLoop:
 
   def run(self, iterator, num_steps: int) -> Tuple[float, Dict[str, float]]:
     if num_steps == 1:
-      loss, scalars = self.single_step(iterator)
+      loss, scalars, means = self.single_step(iterator)
     else:
-      loss, scalars = self.loop(iterator, tf.constant(num_steps, tf.int64))
-    return float(loss), {k: float(v) for k, v in scalars.items()}
+      loss, scalars, means = self.loop(iterator, tf.constant(num_steps, tf.int64))
+    return float(loss), {k: float(v) for k, v in {**scalars, **means}.items()}
 
 
 def _batch_size(features: Any) -> tf.Tensor:

@@ -28,8 +28,10 @@ class EstimatorSpec(NamedTuple):
   """What model_fn returns.
 
   TRAIN: ``loss`` (this replica's share: the mean over the GLOBAL batch, so the sum over replicas is the batch
-    mean) and ``scalars`` (per-replica values to log, averaged over replicas). The update itself happens inside
-    model_fn (TF2 has no train_op: side effects in a tf.function run in program order).
+    mean), ``scalars`` (per-replica values to log, averaged over replicas; a loop reports its last step's, e.g. the
+    learning rate) and ``mean_scalars`` (the same, but averaged over the loop's steps as the loss is, e.g. a loss
+    term). The update itself happens inside model_fn (TF2 has no train_op: side effects in a tf.function run in
+    program order).
   EVAL: ``eval_metrics``: name -> (weighted sum, weight) per replica, float32; the estimator sums both over
     replicas and batches and reports sum/weight, so padded examples (weight 0) never count and the result is exact.
     ``eval_sums``: name -> float32 tensor of any static shape (e.g. a confusion matrix), summed over replicas and
@@ -44,6 +46,7 @@ class EstimatorSpec(NamedTuple):
   eval_sums: Optional[Dict[str, tf.Tensor]] = None
   eval_outputs: Optional[Dict[str, tf.Tensor]] = None
   predictions: Optional[Dict[str, tf.Tensor]] = None
+  mean_scalars: Optional[Dict[str, tf.Tensor]] = None
 
 
 class ServingInput(NamedTuple):
