@@ -76,9 +76,11 @@ class Checkpoints:
     self._saved_here: Optional[str] = None  # the model_dir path of this process's last save
 
   def wait_for(self, path: str, timeout: float) -> None:
-    """Returns once checkpoint ``path`` is complete (its .index is written last); a clear error after ``timeout``."""
+    """Returns once checkpoint ``path`` is complete and readable; a clear error after ``timeout``. The .index is
+    written last, but on a loaded machine it can be seen before it is whole ('too short to be an sstable'), so
+    it must also open."""
     start, next_log = time.time(), time.time() + 30.0
-    while not tf.io.gfile.exists(path + '.index'):
+    while not _readable(path):
       if time.time() - start > timeout:
         raise FileNotFoundError(f'{path} did not appear within {timeout:g} s: is model_dir on storage every worker '
                                 f'shares (e.g. gs://), and is the chief (worker 0) still running?')
@@ -142,3 +144,13 @@ class Checkpoints:
     path = os.path.join(self.model_dir, f'{CHECKPOINT_NAME}-{step}')
     self.holds = self._saved_here = path
     return path
+
+
+def _readable(path: str) -> bool:
+  if not tf.io.gfile.exists(path + '.index'):
+    return False
+  try:
+    tf.train.load_checkpoint(path)
+    return True
+  except tf.errors.OpError:  # DataLossError for a partial index, NotFoundError for a data file not yet renamed
+    return False
