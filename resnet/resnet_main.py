@@ -204,7 +204,8 @@ def best_checkpoint(estimator: Estimator, params: Params) -> Optional[best_check
   if not (params.keep_best_checkpoint or params.early_stopping_evals or params.export_best):
     return None
   return best_checkpoint_lib.BestCheckpoint(params.model_dir, params.best_metric, params.best_metric_goal,
-                                            writer=estimator.is_chief)
+                                            role='writer' if estimator.is_chief else 'follower',
+                                            share=estimator.from_chief)
 
 
 def advise_on_recipe(params: Params) -> None:
@@ -286,7 +287,7 @@ def export(estimator: Estimator, params: Params,
   if params.export_best:
     if best is None:  # reading only: another job may be updating best/
       best = best_checkpoint_lib.BestCheckpoint(params.model_dir, params.best_metric, params.best_metric_goal,
-                                                writer=False)
+                                                role='reader')
     checkpoint = best.checkpoint_path
     if checkpoint is None and not best.damaged:
       raise ValueError(f'export_best=true but {params.model_dir}/best/ holds no checkpoint: it is kept by '

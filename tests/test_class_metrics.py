@@ -212,7 +212,7 @@ def test_opening_best_by_another_metric_or_as_a_reader_deletes_nothing(tmp_path)
   best_dir = tmp_path / 'best'
   kept = sorted(os.listdir(best_dir))
   assert 'params.yaml' in kept   # a warm start from best/ builds the run's architecture
-  reader = best_checkpoint.BestCheckpoint(str(tmp_path), 'loss', writer=False)   # e.g. --mode=export
+  reader = best_checkpoint.BestCheckpoint(str(tmp_path), 'loss', role='reader')   # e.g. --mode=export
   assert reader.checkpoint_path == str(best_dir / 'model.ckpt-1') and reader.metric == 'top_1_accuracy'
   by_loss = best_checkpoint.BestCheckpoint(str(tmp_path), 'loss')
   assert by_loss.checkpoint_path is None and sorted(os.listdir(best_dir)) == kept   # replaced only on a new best
@@ -267,3 +267,42 @@ def test_a_best_removed_during_the_run_is_noticed(tmp_path, caplog):
     path.unlink()
   best.update(_results(tmp_path, 4, 0.4))
   assert any('no longer holds the best checkpoint model.ckpt-2' in r.getMessage() for r in caplog.records)
+
+
+def test_a_follower_worker_takes_the_writers_decisions_and_writes_nothing(tmp_path):
+  """The collective share, done by hand: the writer's values, in call order, are what the follower receives."""
+  sent = []
+  writer = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy',
+                                          share=lambda values: sent.append(list(values)) or list(values))
+  # A follower would read best/ as the writer does (no adopting another metric) but decides nothing itself.
+  follower = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy', role='follower',
+                                            share=lambda values: sent.pop(0))
+  results = _results(tmp_path, 2, 0.5)
+  assert writer.update(results) and follower.update(results) and not sent
+  results = _results(tmp_path, 4, 0.75)
+  (tmp_path / 'model.ckpt-4.index').unlink()   # keep_checkpoint_max deleted it before the writer could copy it
+  best_files = sorted(os.listdir(tmp_path / 'best'))
+  assert not writer.update(results)
+  assert not follower.update(results)          # on its own it would have counted 0.75 > 0.5 as an improvement
+  assert follower.evals_without_improvement == writer.evals_without_improvement == 1
+  assert follower.should_stop(1) and writer.should_stop(1) and follower.value == 0.5
+  assert sorted(os.listdir(tmp_path / 'best')) == best_files
+
+
+def test_a_follower_that_read_best_differently_starts_from_the_writers_state(tmp_path):
+  best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy').update(_results(tmp_path, 2, 0.5))
+  writer_state = [1.0, 2.0, 0.5, 3.0, 6.0]  # best at step 2 (0.5), 3 evaluations without improvement, last at 6
+  (tmp_path / 'best' / 'eval_results.json').write_text('{')   # the follower reads it damaged (mid-update)
+  follower = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy', role='follower',
+                                            share=lambda values: writer_state)
+  assert follower.best is None
+  assert not follower.needs_evaluation(6) and follower.needs_evaluation(8)
+  assert follower.should_stop(3) and follower.value == 0.5 and follower.checkpoint_path is None
+  assert (tmp_path / 'best' / 'eval_results.json').read_text() == '{'   # a follower repairs nothing
+
+
+def test_one_process_shares_its_own_values():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from resnet.estimator import distribution  # pylint: disable=g-import-not-at-top
+  for strategy in (tf.distribute.get_strategy(), tf.distribute.OneDeviceStrategy('/cpu:0')):
+    assert distribution.from_chief(strategy, [1, 2.5, -1]) == [1.0, 2.5, -1.0]

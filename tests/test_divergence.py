@@ -85,7 +85,7 @@ def _results(step, accuracy):
 
 
 def test_best_checkpoint_names_a_first_evaluation_that_every_later_one_fell_below(tmp_path):
-  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy', writer=False)
+  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy', role='reader')
   best.best = {**_results(50, 0.4), 'best_checkpoint': 'model.ckpt-50'}   # as update() keeps it
   best._first_step_of_run = 50  # pylint: disable=protected-access
   assert best.worse_since_first_evaluation() is None  # nothing worse yet
@@ -96,7 +96,7 @@ def test_best_checkpoint_names_a_first_evaluation_that_every_later_one_fell_belo
 
 
 def test_a_best_that_is_not_the_first_evaluation_says_nothing(tmp_path):
-  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy', writer=False)
+  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy', role='reader')
   best.update(_results(50, 0.2))
   best.best = {**_results(100, 0.5), 'best_checkpoint': 'model.ckpt-100'}
   best.update(_results(150, 0.3))

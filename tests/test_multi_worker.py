@@ -247,3 +247,45 @@ def test_workers_train_and_eval_from_an_empty_model_dir_and_evaluate_every_image
   for key in ('top_1_accuracy', 'top_5_accuracy', 'loss'):
     assert multi[key] == pytest.approx(single[key], rel=1e-4), key  # BN statistics: the chief's, as saved
     assert two[key] == pytest.approx(single[key], rel=1e-4), key
+
+
+def _early_stopping_runs(tmp_path, model_dir, data_dir, vanish_at=None):
+  """2 workers, train_and_eval to step 6 evaluating every 2, early stopping after 1 evaluation without improvement
+  of global_step (every evaluation improves it, unless best/ says otherwise)."""
+  runs = _worker_runs(tmp_path, 'w', 2, [
+      '--mode=train_and_eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=6',
+      '--steps_per_eval=2', '--iterations_per_loop=2', '--best_metric=global_step', '--early_stopping_evals=1',
+      '--keep_checkpoint_max=5'])
+  if vanish_at is not None:
+    runs = [(name, args, {**env, 'BEST_COPY_VANISHES_AT': str(vanish_at)}) for name, args, env in runs]
+  started = _start_all(runs, tmp_path)
+  steps = [int(_load(str(tmp_path / f'w{i}.npz'))['global_step']) for i in range(2)]
+  stops = [re.findall(r'Early stopping at step (\d+)', started[f'w{i}'].log()) for i in range(2)]
+  return steps, stops
+
+
+def test_workers_stop_early_together_when_best_was_chosen_by_another_metric(tmp_path):
+  """best/ from an earlier run by another metric (an unbeatable loss): the chief replaces it on the first evaluation;
+  before the fix worker 1 took best/'s metric as its own, counted no improvement, stopped at step 2 and left the
+  chief waiting in the next step's all-reduce."""
+  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=16, num_validation=8, num_shards=2)
+  best_dir = tmp_path / 'model' / 'best'
+  best_dir.mkdir(parents=True)
+  (best_dir / 'model.ckpt-0.index').write_bytes(b'')
+  (best_dir / 'eval_results.json').write_text(json.dumps({
+      'best_metric': 'loss', 'best_metric_goal': 'min', 'loss': -1.0, 'global_step': 0,
+      'best_checkpoint': 'model.ckpt-0'}))
+  steps, stops = _early_stopping_runs(tmp_path, tmp_path / 'model', data_dir)
+  assert steps == [6, 6] and stops == [[], []]
+  kept = json.loads((best_dir / 'eval_results.json').read_text())
+  assert kept['best_metric'] == 'global_step' and kept['global_step'] == 6
+
+
+def test_workers_stop_early_together_when_the_chief_cannot_keep_a_best(tmp_path):
+  """Step 4 improves on step 2, but its checkpoint vanishes before the chief copies it into best/: the chief
+  counts no improvement and stops; before the fix worker 1 counted an improvement and trained on alone."""
+  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=16, num_validation=8, num_shards=2)
+  steps, stops = _early_stopping_runs(tmp_path, tmp_path / 'model', data_dir, vanish_at=4)
+  assert steps == [4, 4] and stops == [['4'], ['4']]
+  kept = json.loads((tmp_path / 'model' / 'best' / 'eval_results.json').read_text())
+  assert kept['global_step'] == 2

@@ -12,11 +12,17 @@ half-updated, as its writer, finishes or undoes the update from ``eval_results.j
 changes it. ``progress.json`` counts evaluations without improvement and records the last evaluated step, so that a
 resumed run evaluates a checkpoint its predecessor saved but did not evaluate, and stops early where an
 uninterrupted run would.
+
+Several workers decide as one: the chief (``writer``) alone writes the files, and every
+decision that steers training (whether an evaluation improved, the count towards early stopping, which step still
+needs an evaluation) is the chief's, handed to the ``follower`` workers by ``share``. A follower that judged on its
+own could count an improvement the chief could not keep (its checkpoint vanished) or read ``best/`` differently,
+stop at another step and leave the others waiting in a collective forever.
 """
 import json
 import math
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -28,6 +34,10 @@ RESULTS_FILE = 'eval_results.json'
 PROGRESS_FILE = 'progress.json'
 PARAMS_FILE = 'params.yaml'
 GOALS = ('auto', 'max', 'min')
+# writer: the chief of the job that evaluates (keeps best/); follower: another worker of that job (decides as the
+# writer does, writes nothing); reader: a job that only looks (export), taking best/ whichever metric chose it.
+ROLES = ('writer', 'follower', 'reader')
+Share = Callable[[Sequence[float]], List[float]]  # the writer's values, on every worker
 
 
 def metric_goal(metric: str, goal: str = 'auto') -> str:
@@ -40,16 +50,21 @@ def metric_goal(metric: str, goal: str = 'auto') -> str:
 
 
 class BestCheckpoint:
-  """Tracks and keeps the best checkpoint by ``metric``. Only a ``writer`` (the chief of the job that evaluates)
-  touches the files; every worker keeps the same count (the results are the same on all), so they agree on when
-  to stop early."""
+  """Tracks and keeps the best checkpoint by ``metric``. Only the ``writer`` touches the files; with several
+  workers, ``share`` (see the module docstring) makes its decisions every worker's."""
 
-  def __init__(self, model_dir: str, metric: str, goal: str = 'auto', writer: bool = True):
+  def __init__(self, model_dir: str, metric: str, goal: str = 'auto', role: str = 'writer',
+               share: Optional[Share] = None):
+    if role not in ROLES:
+      raise ValueError(f'role must be one of {list(ROLES)}, got {role!r}.')
     self.model_dir = model_dir
     self.directory = os.path.join(model_dir, BEST_DIR)
     self.metric = metric
     self.goal = metric_goal(metric, goal)
-    self.writer = writer
+    self.role = role
+    self.writer = role == 'writer'
+    self._share = share
+    self._agreed = share is None  # the opening state is agreed before the first decision
     self.best: Optional[Dict[str, Any]] = None
     self._committed: Optional[Dict[str, Any]] = None  # what best/ holds now, whatever metric chose it
     self.evals_without_improvement = 0
@@ -88,7 +103,7 @@ class BestCheckpoint:
     self.damaged = damaged
     if damaged and self.writer:  # never a reason to stop: nothing is deleted, and the next new best replaces it all
       logging.warning('The next evaluation rebuilds the best checkpoint in %s; training goes on.', self.directory)
-    if best is not None and not self.writer:  # a reader takes what best/ holds, whichever metric chose it
+    if best is not None and self.role == 'reader':  # whichever metric chose it
       self.metric, self.goal = best.get('best_metric', self.metric), best.get('best_metric_goal', self.goal)
     if best is not None and (best.get('best_metric'), best.get('best_metric_goal')) != (self.metric, self.goal):
       logging.warning('%s holds the best checkpoint by %s (%s), not best_metric=%s (%s): the next evaluation replaces '
@@ -121,10 +136,28 @@ class BestCheckpoint:
       if entry.rstrip('/') not in keep:
         tf.io.gfile.remove(os.path.join(self.directory, entry))
 
+  def _agree(self) -> None:
+    """Once, before the first decision: every worker takes the writer's opening state (what it read from best/
+    and progress.json, which a follower may have read damaged, or mid-update, differently)."""
+    if self._agreed:
+      return
+    self._agreed = True
+    mine = self.best or {}
+    has_best, step, value, count, last = self._share([
+        self.best is not None, mine.get('global_step', -1), mine.get(self.metric, 0.0),
+        self.evals_without_improvement, self.last_evaluated_step])
+    if not has_best:
+      self.best = None
+    elif self.best is None or int(round(step)) != self.best['global_step']:
+      self.best = {'global_step': int(round(step)), self.metric: value, 'best_checkpoint': ''}
+    self.evals_without_improvement, self.last_evaluated_step = int(round(count)), int(round(last))
+
   @property
   def checkpoint_path(self) -> Optional[str]:
-    """The best checkpoint's prefix (``<model_dir>/best/ckpt-N``), or None before the first evaluation."""
-    return os.path.join(self.directory, self.best['best_checkpoint']) if self.best else None
+    """The best checkpoint's prefix (``<model_dir>/best/ckpt-N``), or None before the first evaluation (and on a
+    follower that only knows the writer's step and value)."""
+    name = self.best.get('best_checkpoint') if self.best else None
+    return os.path.join(self.directory, name) if name else None
 
   @property
   def value(self) -> Optional[float]:
@@ -146,6 +179,7 @@ class BestCheckpoint:
       raise ValueError(f'best_metric={self.metric!r} is not a metric of this evaluation; it reports: '
                        f'{", ".join(numeric)}.')
     value = float(results[self.metric])
+    self._agree()
     self.last_evaluated_step = int(results['global_step'])
     if self.writer and self.best is not None and not self._holds_files(self.best):
       logging.warning('%s no longer holds the best checkpoint %s (removed during the run?): the next improvement on '
@@ -160,6 +194,8 @@ class BestCheckpoint:
     improved = self._better(value) and bool(source)
     if improved and self.writer:
       improved = self._keep(source, record)
+    if self._share is not None:  # the writer's verdict: it alone knows whether the copy succeeded
+      improved = bool(self._share([improved])[0])
     if improved:
       self.best = record
       self.evals_without_improvement = 0
@@ -214,8 +250,10 @@ class BestCheckpoint:
 
   def needs_evaluation(self, step: int) -> bool:
     """Whether ``step`` (a resumed run's checkpoint) was saved but never evaluated, e.g. by a preempted run."""
+    self._agree()
     return self.best is not None and step > self.last_evaluated_step
 
   def should_stop(self, patience: int) -> bool:
     """True after ``patience`` (> 0) evaluations in a row without improvement."""
+    self._agree()
     return patience > 0 and self.best is not None and self.evals_without_improvement >= patience

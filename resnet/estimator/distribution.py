@@ -7,7 +7,7 @@ when a config says ``strategy: tpu``, so a TPU config runs locally for a smoke t
 import json
 import os
 import socket
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -75,6 +75,19 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return True
   resolver = strategy.cluster_resolver
   return resolver.task_type == 'chief' or (resolver.task_type == 'worker' and resolver.task_id == 0)
+
+
+def from_chief(strategy: tf.distribute.Strategy, values: Sequence[float]) -> List[float]:
+  """The chief's ``values`` on every worker (a collective: every worker calls it at the same point). One process
+  (one device, MirroredStrategy, a TPU's single client) returns ``values`` unchanged."""
+  values = [float(v) for v in values]
+  if num_workers(strategy) == 1:
+    return values
+  local, total = len(strategy.extended.worker_devices), strategy.num_replicas_in_sync
+  # A mean over all replicas of (the chief's values x total / local) on the chief's replicas and 0 elsewhere.
+  mine = tf.constant(values, tf.float64) * (total / local if is_chief(strategy) else 0.0)
+  per_replica = strategy.experimental_distribute_values_from_function(lambda _: tf.identity(mine))
+  return strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None).numpy().tolist()
 
 
 def _tpu_visible(tpu: Optional[str]) -> bool:

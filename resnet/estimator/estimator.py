@@ -77,6 +77,10 @@ class Estimator:
     self._eval_steps: Dict[str, Callable] = {}      # eval input spec -> compiled eval step
     self._writers: Dict[str, tf.summary.SummaryWriter] = {}
 
+  def from_chief(self, values: Sequence[float]) -> List[float]:
+    """The chief's ``values`` on every worker, e.g. best/'s decisions (a collective with several workers)."""
+    return distribution.from_chief(self.strategy, values)
+
   # ------------------------------------------------------------------------------------------------ building
   def _global_batch(self, mode: str) -> int:
     """The global batch of ``mode``; checked only when the mode is used (a training run on 6 GPUs need not have

@@ -11,6 +11,8 @@ Environment (all optional):
   LOGICAL_CPUS    split the CPU into this many logical devices first (MirroredStrategy on one machine).
   OVERFLOW_STEP   with DESIGNED_DATA: at this (0-based) step, input pipeline 1 (worker 1) gets images of 1e6, which
                   overflow float16 on that worker only.
+  BEST_COPY_VANISHES_AT  a step: when best/'s writer is about to keep that step's checkpoint, its files vanish
+                  first, as keep_checkpoint_max may delete them under a slow copy.
 
 Why a wrapper: the multi-worker test needs the weights of the NON-chief worker, whose checkpoints go to a private
 temporary directory; everything else runs exactly the code path of the CLI.
@@ -25,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from resnet import resnet_main
+from resnet.estimator import best_checkpoint
 from resnet.estimator import distribution
 from resnet.estimator import spec
 from resnet.estimator.estimator import Estimator
@@ -55,6 +58,16 @@ def _patch() -> None:
     if os.environ.get('DUMP_SEED'):
       keras.utils.set_random_seed(int(os.environ['DUMP_SEED']))
     return strategy
+
+  if os.environ.get('BEST_COPY_VANISHES_AT'):
+    keep, vanish_at = best_checkpoint.BestCheckpoint._keep, int(os.environ['BEST_COPY_VANISHES_AT'])
+
+    def vanishing_keep(self, source, record):
+      if record['global_step'] == vanish_at:
+        for path in tf.io.gfile.glob(source + '.*'):
+          tf.io.gfile.remove(path)
+      return keep(self, source, record)
+    best_checkpoint.BestCheckpoint._keep = vanishing_keep
 
   resnet_main.make_estimator = capturing_make_estimator
   distribution.get_strategy = seeding_get_strategy
