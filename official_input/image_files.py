@@ -4,20 +4,13 @@ from typing import Any, List, Mapping
 import tensorflow as tf
 
 from official_input import accounting
+from official_input import contract
 from official_input import decode
 from official_input import ordering
 from official_input import parallelism
 from official_input import resnet_preprocessing
 from official_input import sources
 from official_input.accounting import InputAccounting
-from resnet.estimator import spec
-
-
-def check_batch_size(params: Mapping[str, Any]) -> int:
-  batch_size = int(params['batch_size'])
-  if batch_size < 1:
-    raise ValueError('batch_size must be positive, got %d' % batch_size)
-  return batch_size
 
 
 class ImageFilesInput(accounting.ReportsSkips):
@@ -42,8 +35,8 @@ class ImageFilesInput(accounting.ReportsSkips):
     return files
 
   def input_fn(self, params: Mapping[str, Any]) -> tf.data.Dataset:
-    batch_size = check_batch_size(params)
-    context = spec.input_context(params)
+    batch_size = contract.check_batch_size(params)
+    context = contract.input_context(params)
     index, count, _ = ordering.context_ids(context)
     files = self.list_files()[index::count]
     cfg = decode.DecodeConfig(source=sources.FILE_SOURCE, is_training=False, image_size=self.image_size,

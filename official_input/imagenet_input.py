@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from official_input import accounting
 from official_input import basic_pipeline
+from official_input import contract
 from official_input import dataset_info as dataset_info_lib
 from official_input import decode
 from official_input import ordering
@@ -38,9 +39,8 @@ from official_input import synthetic
 from official_input.accounting import DataLossError, InputAccounting, ReadReport  # pylint: disable=unused-import
 from official_input.dataset_info import has_background_class, is_synthetic  # pylint: disable=unused-import
 from official_input.decode import DecodeConfig, decode_batch  # pylint: disable=unused-import
-from official_input.image_files import ImageFilesInput, check_batch_size  # pylint: disable=unused-import
+from official_input.image_files import ImageFilesInput  # pylint: disable=unused-import
 from official_input.shards import READ_BUFFER_BYTES  # pylint: disable=unused-import
-from resnet.estimator import spec
 
 SPLITS = ('train', 'validation', 'test')
 EXECUTIONS = {e.name: e for e in (parallelism.PARALLEL, basic_pipeline.SEQUENTIAL)}
@@ -192,8 +192,8 @@ class ImageNetInput(accounting.ReportsSkips):
 
   def input_fn(self, params: Mapping[str, Any]) -> tf.data.Dataset:
     """A dataset of per-replica batches; reads params['batch_size'] and the Estimator's input context."""
-    batch_size = check_batch_size(params)
-    context = spec.input_context(params)
+    batch_size = contract.check_batch_size(params)
+    context = contract.input_context(params)
     if self.synthetic:
       return synthetic.synthetic_dataset(
           batch_size=batch_size, image_size=self.image_size, num_classes=self.num_label_classes, dtype=self.dtype,

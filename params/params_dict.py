@@ -8,17 +8,16 @@ same public names for a flat table of params, and fixes its defects on purpose:
   not restriction strings to parse;
 - YAML is always read with one safe loader that reads ``1e-4`` as a float, in CSV overrides, YAML strings and files
   alike (the reference read files with FullLoader and got the string '1e-4'), and refuses ``!!python/...`` tags;
-- nothing is registered on PyYAML's global classes;
-- ``params.yaml`` is written atomically, so a killed run never leaves half a file.
+- nothing is registered on PyYAML's global classes.
 
-TensorFlow is imported lazily, only to read or write ``gs://`` (or other URL) paths.
+It reads and writes no files: an override that names a file is read through the ``read_file`` the caller passes
+(``resnet/params_files.py`` reads local and ``gs://`` paths, and writes ``params.yaml`` atomically).
 """
 import collections.abc
 import copy
 import difflib
 import json
 import numbers
-import os
 import re
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -435,42 +434,25 @@ def nested_csv_str_to_json_str(csv_str: str) -> str:
 # Files
 
 
-def _is_url(path: str) -> bool:
-  return '://' in path
+ReadFile = Callable[[str], Optional[str]]  # a path -> its text, or None when there is no such file
 
 
-def _read_text(path: str) -> str:
-  if _is_url(path):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top; only for gs:// and other URLs.
-    with tf.io.gfile.GFile(path, 'r') as f:
-      return f.read()
-  with open(path, encoding='utf-8') as f:
-    return f.read()
-
-
-def _path_exists(path: str) -> bool:
-  if _is_url(path):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return tf.io.gfile.exists(path)
-  return os.path.isfile(path)
-
-
-def _load_yaml_mapping_file(path: str) -> Dict[str, Any]:
-  """Reads a YAML file that must hold a mapping (an empty file is an empty mapping)."""
-  data = _yaml_load(_read_text(path), f'file {path!r}')
+def yaml_mapping(text: str, source: str) -> Dict[str, Any]:
+  """The params mapping a YAML text holds (an empty text is an empty mapping); errors name ``source``."""
+  data = _yaml_load(text, source)
   if data is None:
     return {}
   if not isinstance(data, dict):
-    raise ValueError(f'YAML file {path!r} must hold a mapping of params, not a {type(data).__name__}.')
+    raise ValueError(f'YAML {source} must hold a mapping of params, not a {type(data).__name__}.')
   return data
 
 
 def override_params_dict(params: ParamsDict, dict_or_string_or_yaml_file: Union[None, str, Mapping[str, Any]],
-                         is_strict: bool) -> ParamsDict:
+                         is_strict: bool, read_file: Optional[ReadFile] = None) -> ParamsDict:
   """Overrides ``params`` from a dict, a ``k=v`` CSV string, a YAML/JSON string or a YAML file path.
 
-  Strings are tried in that order: CSV, then a YAML/JSON mapping, then a file path (local, or ``gs://`` and other
-  URLs through tf.io.gfile). A falsy input is a no-op. Returns ``params``.
+  Strings are tried in that order: CSV, then a YAML/JSON mapping, then a file path read by ``read_file``. A falsy
+  input is a no-op. Returns ``params``.
   """
   source = dict_or_string_or_yaml_file
   if not source:
@@ -483,12 +465,12 @@ def override_params_dict(params: ParamsDict, dict_or_string_or_yaml_file: Union[
                      f'YAML/JSON string or a YAML file path.')
   if not source.strip():
     return params
-  params.override(parse_override_string(source), is_strict)
+  params.override(parse_override_string(source, read_file), is_strict)
   return params
 
 
-def parse_override_string(text: str) -> Dict[str, Any]:
-  """The mapping a CSV, YAML/JSON or file-path override string stands for."""
+def parse_override_string(text: str, read_file: Optional[ReadFile] = None) -> Dict[str, Any]:
+  """The mapping a CSV, YAML/JSON or file-path override string stands for (a path needs ``read_file``)."""
   try:
     return json.loads(nested_csv_str_to_json_str(text))
   except UnsafeYamlError:
@@ -505,30 +487,19 @@ def parse_override_string(text: str) -> Dict[str, Any]:
   if isinstance(data, dict):
     return data
   path = text.strip()
-  if _path_exists(path):
+  content = read_file(path) if read_file is not None else None
+  if content is not None:
     logging.info('Overriding params from file %s', path)
-    return _load_yaml_mapping_file(path)
+    return yaml_mapping(content, f'file {path!r}')
   yaml_part = yaml_error or f'YAML reads it as a {type(data).__name__}, not a mapping'
   raise ValueError(f'Params override {text!r} is neither valid k=v CSV ({csv_error}), nor a YAML/JSON mapping '
                    f'({yaml_part}), nor an existing file.')
-
-
-def read_yaml_to_params_dict(file_path: str) -> ParamsDict:
-  """Reads a YAML params file (e.g. ``model_dir/params.yaml``) into an unlocked ParamsDict without a validator."""
-  return ParamsDict(_load_yaml_mapping_file(file_path))
 
 
 def params_to_yaml_string(params: Union[ParamsDict, Mapping[str, Any]]) -> str:
   """Block-style YAML with flow-style lists, in key order; reads back equal with the params loader."""
   data = params.as_dict() if isinstance(params, ParamsDict) else dict(params)
   return yaml.dump(data, Dumper=ParamsYamlDumper, default_flow_style=False, sort_keys=False, allow_unicode=True)
-
-
-def save_params_dict_to_yaml(params: Union[ParamsDict, Mapping[str, Any]], file_path: str) -> None:
-  """Writes ``params`` as YAML atomically (temp file, then rename): a killed run never leaves half a file."""
-  from resnet.estimator import files  # pylint: disable=g-import-not-at-top; imports TensorFlow
-  files.atomic_write(file_path, params_to_yaml_string(params))
-  logging.info('Wrote params to %s', file_path)
 
 
 def parse_scalar(text: str) -> Any:

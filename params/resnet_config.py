@@ -21,8 +21,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, T
 from absl import logging
 
 from params import params_dict
-from resnet import architectures  # pure Python: the model's facts, without TensorFlow
-from resnet.estimator import run_config  # pure Python: the strategy names
+from params import architectures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +48,8 @@ TRAINING = ('train', 'train_and_eval')
 EXPORTING = ('train', 'train_and_eval', 'export')
 EVALUATING = ('train_and_eval', 'eval')
 DEPTHS = architectures.SUPPORTED_DEPTHS
-STRATEGIES = run_config.STRATEGIES
+# The runner's names (resnet/estimator/run_config.py, which imports nothing of this package; a test keeps them equal).
+STRATEGIES = ('auto', 'one_device', 'mirrored', 'multi_worker_mirrored', 'tpu')
 PRECISIONS = ('float32', 'bfloat16', 'float16')
 
 PARAMS: Tuple[Param, ...] = (
@@ -407,43 +407,56 @@ def unused_in_mode(keys: Sequence[str], mode: str) -> list:
   return out
 
 
-def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
-                config_files: Sequence[Union[str, Tuple[str, str]]] = (),
-                fill_from_data: bool = True) -> params_dict.ParamsDict:
-  """The run's params: the defaults, then ``config_files`` in order, then ``overrides`` in order; validated, locked.
+Fill = Callable[[Mapping[str, Any]], Mapping[str, Any]]  # the values so far -> values for params left unset
 
-  Every config file and override is strict (an unknown key is a KeyError naming the closest keys) and
-  type-checked. A config name that is not a file is looked up in ``params/configs/`` (``'demo'``,
-  ``'resnet50_gpu.yaml'``). ``overrides`` is one mapping or override string, or a sequence of them. Any config file
-  or override may be a ``(label, item)`` pair: its errors then start with the label (the CLI names its flag).
-  With ``fill_from_data``, the class and image counts left unset come from ``data_dir/summary.json``, else are
-  ImageNet's (``data_defaults``). Then ``validate`` (each key's type, choices and checks; the rules between keys)
-  raises ValueError naming every problem.
+
+def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
+                configs: Sequence[Tuple[str, Mapping[str, Any]]] = (), fills: Sequence[Fill] = (),
+                read_file: Optional[params_dict.ReadFile] = None) -> params_dict.ParamsDict:
+  """The run's params: the defaults, then ``configs`` in order (``(label, mapping)``: a config file as read), then
+  ``overrides`` in order; validated, locked.
+
+  Every config and override is strict (an unknown key is a KeyError naming the closest keys) and type-checked.
+  ``overrides`` is one mapping or override string, or a sequence of them; any may be a ``(label, item)`` pair: its
+  errors then start with the label (the CLI names its flag). An override string that names a file is read with
+  ``read_file``.
+  Then each of ``fills`` in order: values only files know (the program's ``resnet/run_params.py`` reads
+  ``summary.json``, a run's params.yaml and weight files; this package reads none). Then what is still unset gets
+  its pure default (ImageNet's counts, the reference's v1.5 Variant, eval_image_size = image_size), and
+  ``validate`` (each key's type, choices and checks; the rules between keys) raises ValueError naming every
+  problem.
   """
   params = params_dict.ParamsDict(RESNET_CFG, validate, aliases=ALIASES)
-  for label, name in _labelled_items(config_files, lambda name: f'config file {name}'):
-    with _labelled_errors(label):
-      path = resolve_config_file(name)
-      logging.info('Params: applying %s from %s', label, path)
-      params.override(params_dict.read_yaml_to_params_dict(path), is_strict=True)
+  for label, values in configs:
+    with labelled_errors(label):
+      logging.info('Params: applying %s', label)
+      params.override(values, is_strict=True)
   if overrides is None or isinstance(overrides, (str, Mapping)):
     overrides = [] if overrides is None else [overrides]
   for label, source in _labelled_items(overrides, lambda source: None if isinstance(source, Mapping)
                                        else f'params override {source!r}'):
     logging.info('Params: applying %s', label or source)
-    with _labelled_errors(label):
-      params_dict.override_params_dict(params, source, is_strict=True)
-  if fill_from_data:
-    params.override(data_defaults(params.as_dict()), is_strict=True)
-    if params['class_weights'] == 'balanced':  # the word becomes its list (unset first: another type)
-      weights = balanced_class_weights(params.as_dict())
-      params.override({'class_weights': None}, is_strict=True)
-      params.override({'class_weights': weights}, is_strict=True)
-  params.override(variant_defaults(params.as_dict()), is_strict=True)
-  if params['eval_image_size'] is None:  # one place for "unset = image_size": every reader sees a number
-    params.override({'eval_image_size': params['image_size']}, is_strict=True)
+    with labelled_errors(label):
+      params_dict.override_params_dict(params, source, is_strict=True, read_file=read_file)
+  for fill in fills:
+    for key, value in fill(params.as_dict()).items():
+      if params[key] is not None and type(value) is not type(params[key]):  # e.g. class_weights 'balanced' -> list
+        params.override({key: None}, is_strict=True)
+      params.override({key: value}, is_strict=True)
+  params.override(pure_defaults(params.as_dict()), is_strict=True)
   params.validate()
   return params.lock()
+
+
+def pure_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
+  """What the params left unset mean when no file said otherwise: ImageNet's class and image counts, the
+  reference's v1.5 Variant, and eval_image_size = image_size (one place: every reader sees a number)."""
+  fills: Dict[str, Any] = {key: value for key, value in IMAGENET_COUNTS.items() if values[key] is None}
+  fills.update({key: architectures.VARIANT_DEFAULTS[key] for key in architectures.VARIANT_PARAMS
+                if values[key] is None})
+  if values['eval_image_size'] is None:
+    fills['eval_image_size'] = values['image_size']
+  return fills
 
 
 def _labelled_items(items: Sequence[Any], default_label: Callable[[Any], Optional[str]]
@@ -456,7 +469,7 @@ def _labelled_items(items: Sequence[Any], default_label: Callable[[Any], Optiona
 
 
 @contextlib.contextmanager
-def _labelled_errors(label: Optional[str]) -> Iterator[None]:
+def labelled_errors(label: Optional[str]) -> Iterator[None]:
   """Prefixes a KeyError/ValueError raised inside with ``label`` (where it came from), keeping its type."""
   try:
     yield
@@ -469,38 +482,6 @@ def _labelled_errors(label: Optional[str]) -> Iterator[None]:
     except TypeError:  # An exception type with a different constructor, e.g. UnicodeDecodeError.
       labelled = ValueError(f'{label}: {message}')
     raise labelled from e
-
-
-def resolve_config_file(name: str) -> str:
-  """``name`` itself when it is a URL or an existing file, else the matching file in params/configs/."""
-  if '://' in name or os.path.isfile(name):
-    return name
-  for candidate in (os.path.join(CONFIG_DIR, name), os.path.join(CONFIG_DIR, name + '.yaml')):
-    if os.path.isfile(candidate):
-      return candidate
-  available = ', '.join(sorted(f[:-5] for f in os.listdir(CONFIG_DIR) if f.endswith('.yaml')))
-  raise ValueError(f'{name!r} is no file, nor a config in {CONFIG_DIR} (available there: {available}).')
-
-
-def balanced_class_weights(values: Mapping[str, Any]) -> list:
-  """class_weights=balanced resolved from data_dir/summary.json, logged per class; params.yaml records the list."""
-  from official_input import dataset_info  # pylint: disable=g-import-not-at-top; imports TensorFlow
-  info = dataset_info.read_dataset_info(values['data_dir'], values['labels_file'])
-  if info is None:
-    raise ValueError(f"class_weights=balanced takes the per-class training counts from data_dir/summary.json, and "
-                     f"data_dir={values['data_dir']!r} has none: give class_weights as a list, one weight per class.")
-  weights = dataset_info.balanced_class_weights(info, values['num_label_classes'])
-  names = dataset_info.model_class_names(os.path.join(info.data_dir, dataset_info.LABELS_FILE),
-                                         values['num_label_classes']) or [str(i) for i in range(len(weights))]
-  shown = ', '.join(f'{name}={w:.4g}' for name, w in list(zip(names, weights))[:20])
-  logging.info('class_weights=balanced, from the train counts in %s: %s%s', info.summary_path, shown,
-               ', ...' if len(weights) > 20 else '')
-  empty = [name for name, count in zip(info.class_names, info.train_class_counts) if not count]
-  if empty:
-    logging.warning('class_weights=balanced: %s has no training images of %s, which keep a weight of 1 and which '
-                    'the model will never learn to predict: add images of them, or remove them from the dataset.',
-                    info.summary_path, ', '.join(empty[:20]) + (', ...' if len(empty) > 20 else ''))
-  return weights
 
 
 SMALL_DATA_IMAGES = 100_000
@@ -521,119 +502,3 @@ def recipe_advice(values: Mapping[str, Any]) -> Optional[str]:
           'weights: --config_file=flowers_finetune --resnet_checkpoint=<weights>. See README, "Your own data".')
 
 
-def data_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
-  """Values for the unset class and image counts: from data_dir/summary.json, else ImageNet's.
-
-  A set value that contradicts the data is an error naming both values and the fix (a background class or an
-  eval subset are warnings: they may be meant).
-  """
-  from official_input import dataset_info  # pylint: disable=g-import-not-at-top; imports TensorFlow
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  fills: Dict[str, Any] = {}
-  try:
-    info = dataset_info.read_dataset_info(values['data_dir'], values['labels_file'])
-  except tf.errors.OpError as e:  # unreachable storage: the input pipeline will name the problem when it reads
-    logging.warning('Could not read the dataset summary in %s (%s): using the params as given.',
-                    values['data_dir'], e.message.splitlines()[0])
-    info = None
-  if info is not None:
-    explicit = {k for k in dataset_info.CHECKED_PARAMS if values.get(k) is not None}
-    filled, warnings, errors = dataset_info.check_params_against(info, values, explicit)
-    if errors:
-      raise ValueError('Params contradict the data: ' + ' '.join(errors))
-    for warning in warnings:
-      logging.warning('%s', warning)
-    if filled:
-      logging.info('From %s: %s', info.summary_path, ', '.join(f'{k}={v}' for k, v in sorted(filled.items())))
-    fills.update(filled)
-  for key, value in IMAGENET_COUNTS.items():
-    if values[key] is None and key not in fills:
-      fills[key] = value
-      if not dataset_info.is_synthetic(values['data_dir']):
-        logging.warning('%s is unset and %s has no summary.json: using ImageNet\'s %d.', key, values['data_dir'],
-                        value)
-  return fills
-
-
-def variant_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
-  """Values for the unset Variant params (how the weights compute: ``architectures.VARIANT_PARAMS``).
-
-  From the first source that has them: model_dir's params.yaml when model_dir holds a checkpoint (a resumed,
-  evaluated or exported run keeps the function it was trained as); else --resnet_checkpoint (a foreign weights file
-  says how its framework computes; a checkpoint of this program, the params.yaml of its run); else the reference's
-  v1.5. A value set explicitly that contradicts the warm-start weights is an error naming both values, because the
-  weights would compute another function than the one they were trained as.
-  """
-  unset = [key for key in architectures.VARIANT_PARAMS if values[key] is None]
-  source, found = _resumed_variant(values['model_dir'])
-  if not found and values['resnet_checkpoint']:
-    source, found = _warm_start_variant(values['resnet_checkpoint'])
-    conflicts = [f'{key}={values[key]!r} is set, but {source} needs {key}={found[key]!r}' for key in found
-                 if values[key] is not None and found[key] != values[key]]
-    if conflicts:
-      raise ValueError('Params contradict the warm-start weights: ' + '; '.join(conflicts) + '. Leave these params '
-                       'unset (they are then taken from the weights), or warm-start from other weights.')
-  fills = {key: found.get(key, architectures.VARIANT_DEFAULTS[key]) for key in unset}
-  from_source = {key: value for key, value in fills.items() if key in found}
-  if from_source:
-    logging.info('From %s: %s', source, ', '.join(f'{k}={v!r}' for k, v in from_source.items()))
-  return fills
-
-
-def _run_variant(directory: str) -> Dict[str, Any]:
-  """The Variant params recorded in a run directory's params.yaml (none if it has none, or is unreachable)."""
-  path = os.path.join(directory, 'params.yaml')
-  with _unreachable_storage(path):
-    if '://' in path:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      exists = tf.io.gfile.exists(path)
-    else:
-      exists = os.path.isfile(path)
-    if exists:  # a params.yaml older than a Variant param ran with its v1.5 default
-      recorded = params_dict.read_yaml_to_params_dict(path)
-      return {key: recorded[key] if recorded.get(key) is not None else architectures.VARIANT_DEFAULTS[key]
-              for key in architectures.VARIANT_PARAMS}
-  return {}
-
-
-def _resumed_variant(model_dir: Optional[str]) -> Tuple[str, Dict[str, Any]]:
-  if not model_dir:
-    return '', {}
-  recorded = _run_variant(model_dir)
-  if not recorded:
-    return '', {}
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  if not tf.train.latest_checkpoint(model_dir):
-    return '', {}
-  return f'the run in {model_dir} (params.yaml)', recorded
-
-
-def _warm_start_variant(checkpoint: str) -> Tuple[str, Dict[str, Any]]:
-  """What --resnet_checkpoint computes: read from a foreign weights file, or recorded beside our checkpoint."""
-  from resnet import foreign_weights  # pylint: disable=g-import-not-at-top; reads weight files (h5py, safetensors)
-  header = directory = None
-  with _unreachable_storage(checkpoint):
-    header = foreign_weights.inspect(checkpoint)
-    if header is None:
-      directory = checkpoint if foreign_weights.is_directory(checkpoint) else os.path.dirname(checkpoint)
-  if header is not None:
-    logging.info('Warm-start weights: %s', header.describe())
-    return f'{checkpoint} ({header.title()})', header.variant
-  if not directory:
-    return '', {}
-  return f'the run of {checkpoint} ({os.path.join(directory, "params.yaml")})', _run_variant(directory)
-
-
-@contextlib.contextmanager
-def _unreachable_storage(path: str) -> Iterator[None]:
-  """Unreachable gs:// storage is a warning here: the Variant params keep their defaults, and the warm start (which
-  checks the weights against the model) or the model_dir check names the problem when they read."""
-  if '://' not in path:
-    yield
-    return
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  try:
-    yield
-  except tf.errors.OpError as e:
-    logging.warning('Could not read %s (%s): stride_in_1x1, stem_pool_padding, ... are not read from it.', path,
-                    e.message.splitlines()[0])

@@ -14,8 +14,9 @@ from absl import logging
 import tensorflow as tf
 
 from params import params_dict
+from resnet import params_files
 from params import resnet_config
-from resnet import architectures
+from params import architectures
 from resnet.estimator import files
 
 PARAMS_FILE = 'params.yaml'
@@ -34,7 +35,7 @@ def recorded_params(model_dir: str) -> Optional[Dict[str, Any]]:
 def _read_saved(path: str) -> Optional[Dict[str, Any]]:
   if not tf.io.gfile.exists(path):
     return None
-  saved = params_dict.read_yaml_to_params_dict(path).as_dict()
+  saved = params_files.read_params(path).as_dict()
   # A run recorded before a rename holds the reference's name (skip_host_call): compare it under ours.
   return {resnet_config.ALIASES.get(key, key): value for key, value in saved.items()}
 
@@ -76,4 +77,4 @@ def check_and_record(params: Any, record: bool) -> None:
     files.atomic_write(kept, params_dict.params_to_yaml_string(saved))
     logging.info('params changed since the last run (%s); previous params kept as %s.',
                  ', '.join(f'{k}: {old!r} -> {new!r}' for k, old, new in changed), kept)
-  params_dict.save_params_dict_to_yaml(current, path)
+  params_files.save_params(current, path)

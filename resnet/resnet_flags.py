@@ -20,6 +20,7 @@ from absl import flags
 
 from params import params_dict
 from params import resnet_config
+from resnet import params_files
 from params.resnet_config import PARAMS, RESNET_CFG
 
 CONFIG_DIR = resnet_config.CONFIG_DIR  # where --config_file looks up bare names
@@ -107,13 +108,13 @@ def given_param_keys(flag_values: flags.FlagValues = flags.FLAGS) -> List[str]:
   mode, so they are not the user asking for a param in this one)."""
   keys = list(explicit_param_flags(flag_values))
   for override in _flag_list(flag_values, 'params_override'):
-    keys += list(params_dict.parse_override_string(override))
+    keys += list(params_dict.parse_override_string(override, params_files.read_text))
   return keys
 
 
 def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
                       fill_from_data: bool = True) -> params_dict.ParamsDict:
-  """The run's params from parsed flags (see the module docstring for the order): ``resnet_config.make_params``
+  """The run's params from parsed flags (see the module docstring for the order): ``run_params.make_params``
   with the flags as overrides, each labelled with its flag; validated and locked."""
   if not flag_values.is_parsed():
     raise ValueError('params_from_flags() needs parsed flags: call define_flags() and parse argv first.')
@@ -123,7 +124,8 @@ def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
   explicit = explicit_param_flags(flag_values)
   if explicit:
     overrides.append(('Flags', explicit))
-  return resnet_config.make_params(overrides, config_files=config_files, fill_from_data=fill_from_data)
+  from resnet import run_params  # pylint: disable=g-import-not-at-top; reads data and weights with TensorFlow
+  return run_params.make_params(overrides, config_files=config_files, fill_from_data=fill_from_data)
 
 
 def _flag_list(flag_values: flags.FlagValues, name: str) -> List[str]:

@@ -8,8 +8,6 @@ locked) -> model_dir check and params.yaml -> determinism (with random_seed) -> 
 -> one call per mode.
 """
 import contextlib
-import csv
-import json
 import logging as py_logging
 import math
 import os
@@ -35,19 +33,18 @@ from typing import Any, List, Optional  # pylint: disable=g-import-not-at-top
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 import tensorflow as tf
 
-from official_input import dataset_info
 from official_input import imagenet_input
 from params import params_dict
 from params import resnet_config
-from resnet import class_metrics
+from resnet.evaluation import class_names
+from resnet.evaluation import predictions as predictions_lib
 from resnet import determinism
-from resnet import lr_schedules
+from resnet.training import lr_schedules
 from resnet import model_dir as model_dir_lib
 from resnet import resnet_flags
-from resnet import resnet_model_fn
+from resnet.training import resnet_model_fn
 from resnet import run_lock
 from resnet.estimator import best_checkpoint as best_checkpoint_lib
 from resnet.estimator import checkpoints as checkpoints_lib
@@ -104,7 +101,7 @@ def evaluate(estimator: Estimator, params: Params) -> None:
 
 
 def predict(estimator: Estimator, params: Params) -> str:
-  check_class_names_against_training(params)
+  class_names.check_class_names_against_training(params)
   if params.predict_input:
     source = imagenet_input.ImageFilesInput(params.predict_input, image_size=params.eval_image_size,
                                             dtype=tf.as_dtype(params.precision))
@@ -112,51 +109,13 @@ def predict(estimator: Estimator, params: Params) -> str:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
     source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True)
   output = params.predict_output or os.path.join(params.model_dir, 'predictions.csv')
-  labelled = LabelledPredictions(params)
-  rows = write_predictions(estimator.predict(source.input_fn), output, params, labelled)
+  labelled = predictions_lib.LabelledPredictions(params)
+  rows = predictions_lib.write_predictions(estimator.predict(source.input_fn), output, params, labelled)
   print(f'Wrote {rows} predictions to {output}')
   report = labelled.write(output)
   if report:
     print(f'Labelled data: per-class report in {report}')
   return output
-
-
-class LabelledPredictions:
-  """Predict on labelled data (the test split): the same per-class report and misclassified list as eval, counted
-  on the host from the predictions written."""
-
-  def __init__(self, params: Params):
-    self.params = params
-    self.labels: List[int] = []
-    self.predicted: List[int] = []
-    self.misclassified = class_metrics.Misclassified(params.max_misclassified_rows)
-
-  def add(self, image: str, label: int, probabilities) -> None:
-    if label < 0:
-      return
-    guess = int(probabilities.argmax())
-    self.labels.append(label)
-    self.predicted.append(guess)
-    self.misclassified.add([image], [label], [guess], [float(probabilities[guess])])
-
-  def write(self, output: str) -> Optional[str]:
-    """<output stem>_report.json (+ _misclassified.csv); None when no prediction had a label."""
-    if not self.labels:
-      return None
-    names = read_class_names(self.params)
-    labels, predicted = np.array(self.labels), np.array(self.predicted)
-    matrix = class_metrics.count_matrix(labels, predicted, self.params.num_label_classes)
-    report = {'top_1_accuracy': float(np.mean(labels == predicted)), 'num_examples': len(labels),
-              **class_metrics.class_report(matrix, names, has_background(self.params))}
-    stem = os.path.splitext(output)[0]
-    if self.params.max_misclassified_rows:
-      self.misclassified.write(f'{stem}_misclassified.csv', names)
-      report['misclassified_examples'] = self.misclassified.count
-    path = f'{stem}_report.json'
-    files.atomic_write(path, json.dumps(report, indent=2, sort_keys=True))
-    logging.info('Predictions on labelled data: top_1_accuracy=%.4f, macro_f1=%.4f over %d images (%s).',
-                 report['top_1_accuracy'], report['macro_f1'], len(labels), path)
-    return path
 
 
 def export_only(estimator: Estimator, params: Params) -> Optional[str]:
@@ -194,8 +153,8 @@ def eval_source(params: Params) -> imagenet_input.ImageNetInput:
 def eval_hooks(params: Params) -> List[Any]:
   if not (resnet_model_fn.per_class_metrics(params) or params.max_misclassified_rows):
     return []
-  from resnet import eval_report  # pylint: disable=g-import-not-at-top
-  return [eval_report.ClassificationReport(read_class_names(params), has_background(params),
+  from resnet.evaluation import eval_report  # pylint: disable=g-import-not-at-top
+  return [eval_report.ClassificationReport(class_names.read_class_names(params), class_names.has_background(params),
                                            params.max_misclassified_rows)]
 
 
@@ -205,7 +164,7 @@ def best_checkpoint(estimator: Estimator, params: Params) -> Optional[best_check
     return None
   return best_checkpoint_lib.BestCheckpoint(params.model_dir, params.best_metric, params.best_metric_goal,
                                             role='writer' if estimator.is_chief else 'follower',
-                                            share=estimator.from_chief)
+                                            share=estimator.from_chief, companions=(model_dir_lib.PARAMS_FILE,))
 
 
 def advise_on_recipe(params: Params) -> None:
@@ -220,7 +179,7 @@ def make_hooks(params: Params, estimator: Estimator,
                train_source: imagenet_input.ImageNetInput) -> List[hooks_lib.LoopHook]:
   from resnet import profiling  # pylint: disable=g-import-not-at-top
   hooks: List[hooks_lib.LoopHook] = [
-      hooks_lib.ExamplesPerSecond(params.train_batch_size),
+      hooks_lib.ExamplesPerSecond(params.train_batch_size, name='images_per_sec', unit='img/s'),
       hooks_lib.CounterLogger('corrupt records skipped', lambda: train_source.skipped_records),
       hooks_lib.CounterLogger('records lost to damaged shards', lambda: train_source.lost_records)]
   if params.stop_on_nan:
@@ -270,7 +229,7 @@ def warm_start_if_new(estimator: Estimator, params: Params) -> None:
     logging.info('model_dir already has %s: resuming it, not warm-starting from %s.',
                  estimator.latest_checkpoint(), params.resnet_checkpoint)
     return
-  from resnet import warm_start  # pylint: disable=g-import-not-at-top
+  from resnet.weights import warm_start  # pylint: disable=g-import-not-at-top
   estimator.build('train')
   warm_start.warm_start(estimator.scope.get(resnet_model_fn.MODEL), params.resnet_checkpoint,
                         allow_partial=params.allow_partial_warm_start)
@@ -301,7 +260,7 @@ def export(estimator: Estimator, params: Params,
       checkpoint = None
   assets = None
   if params.add_warmup_requests:
-    from resnet import serving_warmup  # pylint: disable=g-import-not-at-top
+    from resnet.export import serving_warmup  # pylint: disable=g-import-not-at-top
 
     def assets(export_dir: str) -> None:
       serving_warmup.write_warmup_requests(export_dir, params.model_name, 'serving_default', 'input',
@@ -311,7 +270,7 @@ def export(estimator: Estimator, params: Params,
                                       checkpoint_path=checkpoint, assets_extra_fn=assets, weights=weights)
   print(f'Exported SavedModel: {path}')
   if params.export_tflite:
-    from resnet import tflite_export  # pylint: disable=g-import-not-at-top
+    from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
 
     report = tflite_export.export_tflite(
         path, estimator.scope.get(resnet_model_fn.MODEL),
@@ -324,80 +283,6 @@ def export(estimator: Estimator, params: Params,
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def labels_path(params: Params) -> Optional[str]:
-  return params.labels_file or (os.path.join(params.data_dir, 'labels.txt') if params.data_dir else None)
-
-
-def read_class_names(params: Params) -> List[str]:
-  return dataset_info.model_class_names(labels_path(params), params.num_label_classes)
-
-
-def has_background(params: Params) -> bool:
-  """Whether model class 0 is a background class: the input pipeline's rule (one class more than labels.txt
-  lists; without labels.txt, ImageNet's 1001)."""
-  data_names = dataset_info.model_class_names(labels_path(params), 0)  # 0: labels.txt as it is, no background
-  return dataset_info.has_background_class(params.num_label_classes, len(data_names) or None)
-
-
-def check_class_names_against_training(params: Params) -> None:
-  """Names by class id come from labels.txt, with a background class 0 when the model has one class more. A labels
-  file with another count than the training run's would shift or drop names (one short even makes class 0 look like
-  a background class): refused, naming both files and counts."""
-  trained = model_dir_lib.recorded_params(params.model_dir) or {}
-  trained_path = trained.get('labels_file') or (
-      os.path.join(trained['data_dir'], 'labels.txt') if trained.get('data_dir') else None)
-  path = labels_path(params)
-  if not trained_path or not path or os.path.abspath(trained_path) == os.path.abspath(path):
-    return
-  trained_names = dataset_info.model_class_names(trained_path, 0)
-  names = dataset_info.model_class_names(path, 0)
-  if names and not trained_names:
-    logging.warning('Cannot read %s, the class names %s was trained with: the names in the predictions come from %s '
-                    'unchecked (they are right only if it lists the same classes in the same order).',
-                    trained_path, params.model_dir, path)
-  if trained_names and names and len(names) != len(trained_names):
-    background = ' and no background class' if len(trained_names) == params.num_label_classes else ''
-    raise ValueError(f'{path} lists {len(names)} class names, but the model in {params.model_dir} was trained with '
-                     f'{trained_path}, which lists {len(trained_names)} ({params.num_label_classes} model classes'
-                     f'{background}): every predicted class name would be off. Use the training run\'s labels '
-                     f'(--labels_file={trained_path}) or one with its {len(trained_names)} names in its order.')
-
-
-def write_predictions(predictions, output: str, params: Params,
-                      labelled: Optional[LabelledPredictions] = None) -> int:
-  """CSV: image, true label (if known), top-k class ids, names and probabilities. Written atomically."""
-  names = read_class_names(params)
-  k = min(params.predict_top_k, params.num_label_classes)
-  header = ['image', 'true_label', 'true_class']
-  for i in range(1, k + 1):
-    header += [f'top{i}_label', f'top{i}_class', f'top{i}_probability']
-  rows = 0
-  with files.atomic_output(output, 'w') as f:
-    writer = csv.writer(f)
-    writer.writerow(header)
-    for index, pred in enumerate(predictions):
-      filename = pred.get('filename', b'')
-      filename = filename.decode() if isinstance(filename, bytes) else str(filename)
-      label = int(pred['label']) if 'label' in pred else -1
-      if not filename and label < 0 and 'filename' in pred:
-        continue  # padding of the last batch
-      probs = pred['probabilities']
-      row = [filename or str(index), label if label >= 0 else '', _name(names, label)]
-      if labelled is not None:
-        labelled.add(row[0], label, probs)
-      for c in probs.argsort()[::-1][:k]:
-        row += [int(c), _name(names, int(c)), f'{float(probs[c]):.6f}']
-      writer.writerow(row)
-      rows += 1
-      if params.num_test_images and rows >= params.num_test_images:
-        break
-  return rows
-
-
-def _name(names: List[str], class_id: int) -> str:
-  return names[class_id] if 0 <= class_id < len(names) else ''
-
-
 def _op_error_summary(error: tf.errors.OpError) -> str:
   """The line of a TensorFlow runtime error that says what went wrong (not 'Graph execution error:')."""
   asserted = re.search(r'assertion failed: \[(.*?)\]\s*$', error.message, re.MULTILINE)

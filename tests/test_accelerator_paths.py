@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import resnet_model_fn
+from official_input import contract
+from resnet.training import resnet_model_fn
 from resnet.estimator import loops
-from resnet.estimator import spec
 from resnet.estimator.spec import ModeKeys
 from tests.helpers import tiny
 
@@ -113,7 +113,7 @@ def _input_fn(params):
   ds = tf.data.Dataset.from_tensor_slices((images, labels))
   if params.context.mode == ModeKeys.TRAIN:
     ds = ds.repeat()
-  context = spec.input_context(params)
+  context = contract.input_context(params)
   if context is not None and context.num_input_pipelines > 1:
     ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
   return ds.batch(params['batch_size'], drop_remainder=True)

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from official_input import example_schema
 from official_input import imagenet_input
-from params import resnet_config
+from resnet import run_params
 from tests.helpers import cli
 from tests.helpers import procs
 
@@ -119,7 +119,7 @@ def test_missing_data_dir_fails_naming_the_file_pattern(runs, tmp_path):
   assert code not in (0, None)
   assert "No input files match '" in log and "no_such_dir/train-*'" in log, log[-3000:]
   # An existing but empty data_dir says the same, in-process.
-  params = resnet_config.make_params(dict(data_dir=str(tmp_path), image_size=32, num_label_classes=4))
+  params = run_params.make_params(dict(data_dir=str(tmp_path), image_size=32, num_label_classes=4))
   with pytest.raises(FileNotFoundError, match=r"No input files match '.*/validation-\*'.*make_fake_imagenet"):
     imagenet_input.ImageNetInput.from_params(params, 'validation').input_fn({'batch_size': 4})
 
@@ -160,7 +160,7 @@ def test_eval_sees_every_good_record_once_and_counts_every_bad_one(tmp_path):
   good = [cli.jpeg_example(rng, 1 + i % 4, f'good_{i}.JPEG') for i in range(10)]
   bad = cli.bad_train_examples() + [_string_label_example()]
   cli.write_records(str(tmp_path / 'validation-00000-of-00001'), good[:5] + bad[:2] + good[5:] + bad[2:])
-  params = resnet_config.make_params(dict(data_dir=str(tmp_path), image_size=32, num_label_classes=4))
+  params = run_params.make_params(dict(data_dir=str(tmp_path), image_size=32, num_label_classes=4))
   source = imagenet_input.ImageNetInput.from_params(params, 'validation', include_filename=True)
   names = []
   for features, labels in source.input_fn({'batch_size': 4}):
@@ -177,7 +177,7 @@ def test_training_batches_stay_full_and_valid_around_bad_records(tmp_path):
   good = [cli.jpeg_example(rng, 1 + i % 4, f'good_{i}.JPEG') for i in range(8)]
   cli.write_records(str(tmp_path / 'train-00000-of-00001'), good + cli.bad_train_examples() +
                     [_string_label_example()])
-  params = resnet_config.make_params(dict(data_dir=str(tmp_path), image_size=32, num_label_classes=4,
+  params = run_params.make_params(dict(data_dir=str(tmp_path), image_size=32, num_label_classes=4,
                                               shuffle_buffer_size=16))
   source = imagenet_input.ImageNetInput.from_params(params, 'train')
   for images, labels in source.input_fn({'batch_size': 4}).take(6):
@@ -195,10 +195,10 @@ def test_labels_beyond_num_label_classes_stop_the_run_with_the_fix(runs):
 
 
 def test_model_fn_rejects_labels_beyond_num_label_classes(tmp_path):
-  from resnet import resnet_model_fn  # pylint: disable=g-import-not-at-top
+  from resnet.training import resnet_model_fn  # pylint: disable=g-import-not-at-top
   from resnet.estimator import estimator as estimator_lib  # pylint: disable=g-import-not-at-top
   from resnet.estimator.run_config import RunConfig  # pylint: disable=g-import-not-at-top
-  params = resnet_config.make_params(dict(resnet_depth=18, image_size=32, num_label_classes=4, num_train_images=8,
+  params = run_params.make_params(dict(resnet_depth=18, image_size=32, num_label_classes=4, num_train_images=8,
                                           precision='float32', train_batch_size=4, train_steps=1))
   config = RunConfig(model_dir=str(tmp_path), train_batch_size=4, eval_batch_size=4, predict_batch_size=4,
                      iterations_per_loop=1, skip_train_summaries=True)

@@ -9,8 +9,9 @@ import pytest
 
 from official_input import dataset_info
 from params import resnet_config
-from resnet import class_metrics
-from resnet import confusion_image
+from resnet import run_params
+from resnet.evaluation import class_metrics
+from resnet.evaluation import confusion_image
 from resnet.estimator import best_checkpoint
 
 # rows = true, columns = predicted; class 'c' is never predicted, class 'd' has no examples.
@@ -100,10 +101,10 @@ def _summary(tmp_path, per_class):
 
 def test_balanced_class_weights_from_summary_json(tmp_path):
   data_dir = _summary(tmp_path, {'cats': 90, 'dogs': 10, 'owls': 20})
-  params = resnet_config.make_params({'data_dir': data_dir, 'class_weights': 'balanced'})
+  params = run_params.make_params({'data_dir': data_dir, 'class_weights': 'balanced'})
   assert params.num_label_classes == 3
   assert params.class_weights == pytest.approx([120 / (3 * 90), 120 / (3 * 10), 120 / (3 * 20)], rel=1e-5)
-  with_background = resnet_config.make_params({'data_dir': data_dir, 'class_weights': 'balanced',
+  with_background = run_params.make_params({'data_dir': data_dir, 'class_weights': 'balanced',
                                                'num_label_classes': 4})
   assert with_background.class_weights[0] == 1.0 and len(with_background.class_weights) == 4
   info = dataset_info.read_dataset_info(data_dir)
@@ -113,18 +114,18 @@ def test_balanced_class_weights_from_summary_json(tmp_path):
 def test_balanced_class_weights_without_counts_name_the_fix(tmp_path):
   (tmp_path / 'summary.json').write_text(json.dumps({'num_classes': 2}))
   with pytest.raises(ValueError, match='per-class training counts.*class_weights as a list'):
-    resnet_config.make_params({'data_dir': str(tmp_path), 'class_weights': 'balanced'})
+    run_params.make_params({'data_dir': str(tmp_path), 'class_weights': 'balanced'})
   with pytest.raises(ValueError, match='class_weights lists 3 weights for num_label_classes=2'):
-    resnet_config.make_params({'data_dir': str(tmp_path), 'class_weights': [1, 2, 3]})
+    run_params.make_params({'data_dir': str(tmp_path), 'class_weights': [1, 2, 3]})
 
 
 def test_class_weights_that_cannot_work_are_named(tmp_path, caplog):
   """All-zero weights would train on weight decay alone; balanced weights cannot help a class with no training
   images (it keeps 1 and is never learned): an error and a warning naming the class."""
   with pytest.raises(ValueError, match=r'class_weights=\[0, 0.0\] are all 0: the training loss would be weight decay'):
-    resnet_config.make_params({'num_label_classes': 2, 'class_weights': [0, 0.0]})
+    run_params.make_params({'num_label_classes': 2, 'class_weights': [0, 0.0]})
   data_dir = _summary(tmp_path, {'cats': 90, 'dogs': 0, 'owls': 20})
-  params = resnet_config.make_params({'data_dir': data_dir, 'class_weights': 'balanced'})
+  params = run_params.make_params({'data_dir': data_dir, 'class_weights': 'balanced'})
   assert params.class_weights[1] == 1.0
   warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
   assert any('no training images of dogs' in w for w in warnings), warnings
@@ -132,13 +133,13 @@ def test_class_weights_that_cannot_work_are_named(tmp_path, caplog):
 
 def test_small_data_with_the_imagenet_recipe_gets_advice(tmp_path):
   data_dir = _summary(tmp_path, {'cats': 900, 'dogs': 100})
-  advice = resnet_config.recipe_advice(resnet_config.make_params({'data_dir': data_dir}))
+  advice = resnet_config.recipe_advice(run_params.make_params({'data_dir': data_dir}))
   assert 'small_data' in advice and 'flowers_finetune' in advice and '1000 images' in advice
-  small_data = resnet_config.make_params({'data_dir': data_dir}, config_files=['small_data'])
+  small_data = run_params.make_params({'data_dir': data_dir}, config_files=['small_data'])
   assert resnet_config.recipe_advice(small_data) is None
-  fine_tuning = resnet_config.make_params({'data_dir': data_dir, 'resnet_checkpoint': '/w/ckpt'})
+  fine_tuning = run_params.make_params({'data_dir': data_dir, 'resnet_checkpoint': '/w/ckpt'})
   assert resnet_config.recipe_advice(fine_tuning) is None
-  assert resnet_config.recipe_advice(resnet_config.make_params({})) is None   # synthetic / ImageNet
+  assert resnet_config.recipe_advice(run_params.make_params({})) is None   # synthetic / ImageNet
 
 
 # ------------------------------------------------------------------------------------------------ best checkpoint
@@ -208,13 +209,14 @@ def test_a_vanished_checkpoint_is_not_kept(tmp_path):
 
 def test_opening_best_by_another_metric_or_as_a_reader_deletes_nothing(tmp_path):
   (tmp_path / 'params.yaml').write_text('resnet_depth: 50\nstride_in_1x1: true\n')
-  best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy').update(_results(tmp_path, 1, 0.5))
+  best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy', companions=('params.yaml',)).update(
+      _results(tmp_path, 1, 0.5))
   best_dir = tmp_path / 'best'
   kept = sorted(os.listdir(best_dir))
   assert 'params.yaml' in kept   # a warm start from best/ builds the run's architecture
   reader = best_checkpoint.BestCheckpoint(str(tmp_path), 'loss', role='reader')   # e.g. --mode=export
   assert reader.checkpoint_path == str(best_dir / 'model.ckpt-1') and reader.metric == 'top_1_accuracy'
-  by_loss = best_checkpoint.BestCheckpoint(str(tmp_path), 'loss')
+  by_loss = best_checkpoint.BestCheckpoint(str(tmp_path), 'loss', companions=('params.yaml',))
   assert by_loss.checkpoint_path is None and sorted(os.listdir(best_dir)) == kept   # replaced only on a new best
   by_loss.update(_results(tmp_path, 2, 0.4, loss=0.9))
   assert json.loads((best_dir / 'eval_results.json').read_text())['best_metric'] == 'loss'

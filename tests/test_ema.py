@@ -1,11 +1,11 @@
-"""Moving averages of the weights (resnet/ema.py): decay schedule, updates, distribution, checkpoints, swapping."""
+"""Moving averages of the weights (resnet/training/ema.py): decay schedule, updates, distribution, checkpoints, swapping."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import ema as ema_lib
-from resnet import resnet_model
+from resnet.training import ema as ema_lib
+from resnet.model import resnet_model
 
 
 class Counter(keras.layers.Layer):
@@ -170,7 +170,7 @@ def test_eval_with_averages_on_a_checkpoint_without_them_evaluates_the_raw_weigh
   with a warning, not the uninitialised shadows."""
   import logging as py_logging  # pylint: disable=import-outside-toplevel
   from official_input import imagenet_input  # pylint: disable=import-outside-toplevel
-  from resnet import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
   from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
   params = tiny.resnet_params(str(tmp_path / 'plain'), train_steps=2, data_dir=None, num_eval_images=4)
 

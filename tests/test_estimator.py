@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from official_input import contract
 from resnet.estimator import estimator as E
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.run_config import RunConfig
 from resnet.estimator.checkpoints import checkpoint_step
-from resnet.estimator import spec
 from resnet.estimator.spec import EstimatorSpec, ModeKeys, ServingInput
 from tests.helpers import procs
 
@@ -61,7 +61,7 @@ def train_input(params):
 
 def eval_input(params):
   ds = tf.data.Dataset.from_tensor_slices((X, Y))
-  context = spec.input_context(params)
+  context = contract.input_context(params)
   if context is not None and context.num_input_pipelines > 1:
     ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
   return ds.batch(params['batch_size'])
@@ -142,7 +142,7 @@ def test_predict_yields_one_prediction_per_example(tmp_path):
 
 def test_scalars_are_written_to_tensorboard_each_loop(tmp_path):
   runner = make_runner(tmp_path)
-  runner.train(train_input, max_steps=30, hooks=[hooks_lib.ExamplesPerSecond(8)])  # a hook may add scalars
+  runner.train(train_input, max_steps=30, hooks=[hooks_lib.ExamplesPerSecond(8, name='images_per_sec', unit='img/s')])  # a hook may add scalars
   events = glob.glob(str(tmp_path / 'events.out.tfevents.*'))
   assert events
   seen = {}

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import eval_report
-from resnet import mixing
-from resnet import resnet_model_fn
+from resnet.evaluation import eval_report
+from resnet.training import mixing
+from resnet.training import resnet_model_fn
 from resnet.estimator import best_checkpoint
 from tests.helpers import tiny
 

@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 
 from official_input import resnet_preprocessing
-from params import resnet_config
-from resnet import resnet_model_fn
+from resnet import run_params
+from resnet.training import resnet_model_fn
 from resnet.estimator.estimator import Estimator
 from resnet.estimator.run_config import RunConfig
 
@@ -27,7 +27,7 @@ BIN_DIR = os.path.dirname(sys.executable)
 
 
 def make_params(model_dir: str) -> Mapping[str, Any]:
-  return resnet_config.make_params(dict(
+  return run_params.make_params(dict(
       resnet_depth=18, num_label_classes=NUM_CLASSES, image_size=IMAGE_SIZE, precision='float32',
       train_batch_size=2, eval_batch_size=2, predict_batch_size=2, train_steps=2, iterations_per_loop=2,
       save_checkpoints_steps=2, num_train_images=8, lr_warmup_epochs=0.0, model_dir=model_dir, skip_train_summaries=True))

@@ -10,10 +10,10 @@ import pytest
 import tensorflow as tf
 from safetensors import numpy as safetensors_numpy
 
-from params import params_dict
-from resnet import fine_tuning
-from resnet import resnet_model
-from resnet import resnet_model_fn
+from resnet import params_files
+from resnet.training import fine_tuning
+from resnet.model import resnet_model
+from resnet.training import resnet_model_fn
 from tests.fixtures.torchvision_parity import weights as tv
 from tests.helpers import cli
 from tests.helpers import procs
@@ -117,7 +117,7 @@ def test_fine_tuning_torchvision_weights_with_every_control_through_the_cli(tmp_
   log = proc.stderr
   assert 'freeze_batch_norm: 20 batch-norm layers' in log and 'only the classifier head learns before step 1' in log
   assert 'layer_decay=0.7: learning-rate factor per stage: stem 0.168, ' in log and 'head 1.' in log
-  saved = params_dict.read_yaml_to_params_dict(os.path.join(model_dir, 'params.yaml'))
+  saved = params_files.read_params(os.path.join(model_dir, 'params.yaml'))
   assert (saved.freeze_batch_norm, saved.train_head_only_steps, saved.layer_decay) == (True, 1, 0.7)
   # After 2 steps of training, the stem's batch-norm statistics are still torchvision's.
   reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))

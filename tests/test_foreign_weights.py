@@ -1,5 +1,5 @@
 """Warm start from Keras applications and torchvision/timm weights: parity with the source framework's own forward
-pass, the architecture taken from the file, and the errors (resnet/foreign_weights.py, keras_weights.py,
+pass, the architecture taken from the file, and the errors (resnet/weights/foreign_weights.py, keras_weights.py,
 torch_weights.py, warm_start.py, --mode=export).
 
 No downloads: the Keras weights are seeded numpy values put into keras.applications.ResNet50 itself, whose forward
@@ -21,11 +21,11 @@ import tensorflow as tf
 from keras.src.legacy.saving import legacy_h5_format
 from safetensors import numpy as safetensors_numpy
 
-from params import params_dict
-from params import resnet_config
-from resnet import foreign_weights as fw
-from resnet import resnet_model_fn
-from resnet import warm_start as ws
+from resnet import params_files
+from resnet import run_params
+from resnet.weights import foreign_weights as fw
+from resnet.training import resnet_model_fn
+from resnet.weights import warm_start as ws
 from tests.fixtures.torchvision_parity import weights as tv
 from tests.helpers import procs
 
@@ -38,7 +38,7 @@ KERAS_VARIANT = {'bn_epsilon': 1.001e-5, 'stride_in_1x1': True, 'stem_pool_paddi
 
 
 def _params(tmp_path, checkpoint: str, **overrides):
-  return resnet_config.make_params(dict(
+  return run_params.make_params(dict(
       dict(resnet_depth=50, num_label_classes=1000, image_size=SIZE, precision='float32',
            model_dir=str(tmp_path / 'run'), resnet_checkpoint=checkpoint), **overrides), fill_from_data=False)
 
@@ -115,7 +115,7 @@ def test_keras_h5_exported_through_the_cli_equals_keras(keras_files, tmp_path):
   log = proc.stderr + proc.stdout
   assert 'Keras applications ResNet-50, legacy Keras HDF5 weights (.h5), 1000-class head' in log
   assert '53 conv biases folded into batch-norm moving means' in log
-  saved = params_dict.read_yaml_to_params_dict(str(model_dir / 'params.yaml'))
+  saved = params_files.read_params(str(model_dir / 'params.yaml'))
   assert {key: saved[key] for key in KERAS_VARIANT} == KERAS_VARIANT
   assert tf.train.latest_checkpoint(str(model_dir)).endswith('model.ckpt-0')
   (version,) = os.listdir(export_dir)
@@ -124,7 +124,7 @@ def test_keras_h5_exported_through_the_cli_equals_keras(keras_files, tmp_path):
   _assert_parity(served['probabilities'].numpy(), expected)
 
   # Eval, predict, export and resume in that model_dir, and a later warm start from it, compute the same function.
-  for params in (resnet_config.make_params({'model_dir': str(model_dir)}, fill_from_data=False),
+  for params in (run_params.make_params({'model_dir': str(model_dir)}, fill_from_data=False),
                  _params(tmp_path / 'later', str(model_dir))):
     assert {key: params[key] for key in KERAS_VARIANT} == KERAS_VARIANT
 
@@ -198,7 +198,7 @@ def test_an_explicit_param_that_contradicts_the_file_is_an_error(tmp_path):
                      r"\(torchvision/timm ResNet-18, safetensors\) needs stem_pool_padding='symmetric'"):
     _params(tmp_path, path, resnet_depth=18, stem_pool_padding='same')
   # A model built without the file's variant (as a library caller might) is refused before anything is copied.
-  model = resnet_model_fn.build_model(resnet_config.make_params(dict(
+  model = resnet_model_fn.build_model(run_params.make_params(dict(
       resnet_depth=18, num_label_classes=1000, image_size=SIZE, precision='float32'), fill_from_data=False))
   with pytest.raises(ws.WarmStartMismatchError, match=r"stem_pool_padding: the weights need 'symmetric', the model "
                      r"has 'same'; projection_shortcut: the weights need 'shape_change'"):
@@ -212,7 +212,7 @@ def test_a_pth_without_torch_names_the_conversion(tmp_path):
   assert fw.detect(str(path)) == fw.TORCH_PICKLE
   with pytest.raises(ValueError, match=r'only torch can read.*s\.save_file\(torch\.load\(.x\.pth.\), '
                      r'.x\.safetensors.\)'):
-    resnet_config.make_params({'resnet_checkpoint': str(path)}, fill_from_data=False)
+    run_params.make_params({'resnet_checkpoint': str(path)}, fill_from_data=False)
 
 
 def test_tf_checkpoints_and_missing_files_are_not_foreign(tmp_path):
@@ -220,7 +220,7 @@ def test_tf_checkpoints_and_missing_files_are_not_foreign(tmp_path):
   data = tmp_path / 'model.ckpt-5.data-00000-of-00001'  # raw tensor bytes may start like a weights file
   data.write_bytes(fw.HDF5_MAGIC + bytes(64))
   assert fw.detect(str(data)) is None
-  params = resnet_config.make_params({'resnet_checkpoint': str(tmp_path / 'model.ckpt-5')}, fill_from_data=False)
+  params = run_params.make_params({'resnet_checkpoint': str(tmp_path / 'model.ckpt-5')}, fill_from_data=False)
   assert params.stem_pool_padding == 'same' and params.bn_epsilon == 1e-5 and params.stride_in_1x1 is False
 
 
@@ -263,7 +263,7 @@ def test_damaged_and_unknown_weight_files_name_the_file_what_was_found_and_the_f
   truncated.write_bytes(data[:len(data) // 2])                 # an interrupted download
   with pytest.raises(ValueError, match=r'resnet18-partial\.safetensors starts as safetensors but cannot be read: '
                      r'.*damaged or truncated.*download or save it again\. Read: a TF checkpoint'):
-    resnet_config.make_params({'resnet_checkpoint': str(truncated)}, fill_from_data=False)
+    run_params.make_params({'resnet_checkpoint': str(truncated)}, fill_from_data=False)
 
   h5 = tmp_path / 'resnet50.h5'
   with h5py.File(h5, 'w') as f:
@@ -271,13 +271,13 @@ def test_damaged_and_unknown_weight_files_name_the_file_what_was_found_and_the_f
     f.create_dataset('conv1_conv/kernel', data=np.ones((7, 7, 3, 64), np.float32))
   h5.write_bytes(h5.read_bytes()[:3000])
   with pytest.raises(ValueError, match=r'resnet50\.h5 starts as an HDF5 file but cannot be read: OSError'):
-    resnet_config.make_params({'resnet_checkpoint': str(h5)}, fill_from_data=False)
+    run_params.make_params({'resnet_checkpoint': str(h5)}, fill_from_data=False)
 
   photo = tmp_path / 'weights.bin'
   photo.write_bytes(b'\xff\xd8\xff\xe0' + bytes(100))          # a JPEG, say
   with pytest.raises(ValueError, match=r"weights\.bin is a file in no weights format read here \(it starts with "
                      r"b'\\xff\\xd8\\xff\\xe0.*Read: a TF checkpoint.*Keras applications.*safetensors"):
-    resnet_config.make_params({'resnet_checkpoint': str(photo)}, fill_from_data=False)
+    run_params.make_params({'resnet_checkpoint': str(photo)}, fill_from_data=False)
 
 
 def test_keras_resnet_v2_files_are_named_as_unsupported(tmp_path):
@@ -289,9 +289,9 @@ def test_keras_resnet_v2_files_are_named_as_unsupported(tmp_path):
       f.create_group(name).attrs['weight_names'] = np.array([], dtype='S8')
   with pytest.raises(ValueError, match=r'holds a Keras applications ResNet50/101/152V2 \(pre-activation.*only '
                      r'keras\.applications ResNet50/101/152 \(v1\)'):
-    resnet_config.make_params({'resnet_checkpoint': str(legacy)}, fill_from_data=False)
+    run_params.make_params({'resnet_checkpoint': str(legacy)}, fill_from_data=False)
   v2 = keras.applications.ResNet50V2(weights=None, include_top=False, input_shape=(32, 32, 3))
   path = str(tmp_path / 'mine.weights.h5')
   v2.save_weights(path)
   with pytest.raises(ValueError, match=r'mine\.weights\.h5 holds a Keras applications ResNet50V2'):
-    resnet_config.make_params({'resnet_checkpoint': path}, fill_from_data=False)
+    run_params.make_params({'resnet_checkpoint': path}, fill_from_data=False)

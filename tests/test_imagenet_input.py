@@ -15,6 +15,7 @@ from official_input import imagenet_input as ii
 from official_input import resnet_preprocessing
 from official_input import shards
 from params import resnet_config
+from resnet import run_params
 from resnet.estimator import spec
 from tools import make_fake_imagenet
 
@@ -251,7 +252,7 @@ def test_missing_files_error_names_the_pattern_and_the_fix(tmp_path):
 
 
 def test_from_params_reads_the_run_params(data_dir):
-  params = resnet_config.make_params({
+  params = run_params.make_params({
       'data_dir': data_dir, 'image_size': 40, 'num_label_classes': 1001, 'precision': 'bfloat16',
       'input_pipeline': 'basic', 'synthetic_data': 'random', 'use_cache': True, 'shuffle_buffer_size': 64,
       'num_parallel_calls': 2, 'transpose_input': False, 'random_seed': 5, 'num_test_images': 3,
@@ -512,7 +513,7 @@ def test_fast_jpeg_decode_param_decodes_large_crops_at_reduced_scale(tmp_path):
             'crop_area_range': [1.0, 1.0], 'crop_aspect_ratio_range': [1.0, 1.0], 'random_flip': False}
   outputs = {}
   for fast in (False, True):
-    inp = ii.ImageNetInput.from_params(resnet_config.make_params({**params, 'fast_jpeg_decode': fast}), 'train')
+    inp = ii.ImageNetInput.from_params(run_params.make_params({**params, 'fast_jpeg_decode': fast}), 'train')
     outputs[fast] = next(iter(inp.input_fn({'batch_size': 2})))[0].numpy()
   difference = np.abs(outputs[True] - outputs[False])
   assert 0 < difference.mean() < 6  # another decode (so the flag reached it), but the same picture

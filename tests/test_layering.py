@@ -1,11 +1,24 @@
-"""The Estimator package is model-agnostic: it imports nothing of ResNet, images, params or the input pipeline."""
+"""The layers, enforced from the imports of every module (lazy imports count too):
+
+- ``resnet/estimator/`` (the runner) is model-agnostic: it imports nothing of the application, params, the input
+  pipeline or the tools; and only the application (``resnet/``, ``tools/``) imports it.
+- ``params/`` is pure: it imports nothing of ``resnet/`` or ``official_input/``, nor TensorFlow.
+- ``official_input/`` imports nothing of ``resnet/`` or ``params/``: it reads the runner's input context by duck
+  typing (``official_input/contract.py``).
+- No import cycles anywhere.
+"""
 import ast
 import glob
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ESTIMATOR = os.path.join(ROOT, 'resnet', 'estimator')
-FORBIDDEN = ('official_input', 'params', 'tools')
+PACKAGES = ('resnet', 'official_input', 'params', 'tools')
+RULES = {  # package (a module path prefix) -> import prefixes it must not use
+    'resnet.estimator': ('resnet.', 'resnet', 'official_input', 'params', 'tools'),
+    'params': ('resnet', 'official_input', 'tools', 'tensorflow', 'keras'),
+    'official_input': ('resnet', 'params', 'tools'),
+}
+ALLOWED = {'resnet.estimator': ('resnet.estimator',)}
 
 
 def _imports(path: str):
@@ -17,22 +30,46 @@ def _imports(path: str):
       yield node.module
 
 
-def test_estimator_modules_import_only_the_estimator_and_libraries():
-  modules = glob.glob(os.path.join(ESTIMATOR, '*.py'))
-  assert len(modules) >= 8
-  offending = []
-  for path in modules:
-    for name in _imports(path):
-      top = name.split('.')[0]
-      if top in FORBIDDEN or (top == 'resnet' and not name.startswith('resnet.estimator')):
-        offending.append(f'{os.path.basename(path)} imports {name}')
+def _violations(module: str, imported: str):
+  for package, forbidden in RULES.items():
+    if module != package and not module.startswith(package + '.'):
+      continue
+    if any(imported == a or imported.startswith(a + '.') for a in ALLOWED.get(package, ())):
+      continue
+    if any(imported == f.rstrip('.') or imported.startswith(f.rstrip('.') + '.') for f in forbidden):
+      yield f'{module} imports {imported}'
+
+
+def _modules():
+  paths = [p for package in PACKAGES for p in glob.glob(os.path.join(ROOT, package, '**', '*.py'), recursive=True)]
+  return {_module_name(p): p for p in paths}
+
+
+def test_each_layer_imports_only_what_it_may():
+  modules = _modules()
+  assert len([m for m in modules if m.startswith('resnet.estimator.')]) >= 8
+  offending = [v for name, path in modules.items() for imported in _imports(path) for v in _violations(name, imported)]
+  assert offending == []
+
+
+def test_only_the_application_imports_the_runner():
+  offending = [f'{name} imports {imported}' for name, path in _modules().items() for imported in _imports(path)
+               if imported.startswith('resnet.estimator') and name.split('.')[0] not in ('resnet', 'tools')]
   assert offending == []
 
 
 def test_the_check_sees_a_forbidden_import(tmp_path):
   path = tmp_path / 'bad.py'
-  path.write_text('from resnet import resnet_model\nimport official_input.imagenet_input\n')
-  assert list(_imports(str(path))) == ['resnet', 'official_input.imagenet_input']
+  path.write_text('from resnet.model import resnet_model\nimport official_input.imagenet_input\n'
+                  'def f():\n  import tensorflow\n')
+  imported = list(_imports(str(path)))
+  assert imported == ['resnet.model', 'official_input.imagenet_input', 'tensorflow']
+  assert [v for i in imported for v in _violations('params.resnet_config', i)] == [
+      'params.resnet_config imports resnet.model', 'params.resnet_config imports official_input.imagenet_input',
+      'params.resnet_config imports tensorflow']
+  assert list(_violations('resnet.estimator.spec', 'resnet.model')) and not list(
+      _violations('resnet.estimator.spec', 'resnet.estimator.files'))
+  assert list(_violations('official_input.decode', 'resnet.estimator.spec'))
 
 
 def _module_name(path: str) -> str:
@@ -40,9 +77,7 @@ def _module_name(path: str) -> str:
 
 
 def _import_graph():
-  paths = [p for package in ('resnet', 'official_input', 'params', 'tools')
-           for p in glob.glob(os.path.join(ROOT, package, '**', '*.py'), recursive=True)]
-  modules = {_module_name(p): p for p in paths}
+  modules = _modules()
   graph = {}
   for name, path in modules.items():
     targets = set()

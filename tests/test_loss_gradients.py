@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import mixing
-from resnet import resnet_model
-from resnet import resnet_model_fn
+from resnet.training import mixing
+from resnet.model import tf1_names
+from resnet.training import resnet_model_fn
 from tests.helpers import tiny
 
 CLASSES = 3
@@ -152,7 +152,7 @@ def test_cross_entropy_scalar_is_the_loss_without_weight_decay(tmp_path):
   decay = logs['loss'] - logs[resnet_model_fn.CROSS_ENTROPY]
   assert 0.01 * logs['loss'] < decay < logs['loss']   # the weight-decay term, which the scalar leaves out
   model = estimator.scope.get(resnet_model_fn.MODEL)
-  after = 1e-2 * sum(float(tf.nn.l2_loss(v)) for v in resnet_model.weight_decay_variables(model))
+  after = 1e-2 * sum(float(tf.nn.l2_loss(v)) for v in tf1_names.weight_decay_variables(model))
   assert decay == pytest.approx(after, rel=0.05)      # the decay of the loop's weights (they move a little)
 
 

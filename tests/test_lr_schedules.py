@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from params import resnet_config
-from resnet import lr_schedules
-from resnet import optimizers
+from resnet import run_params
+from resnet.training import lr_schedules
+from resnet.training import optimizers
 
 
 def params(**overrides):
-  return resnet_config.make_params(overrides)  # no data_dir: ImageNet's counts
+  return run_params.make_params(overrides)  # no data_dir: ImageNet's counts
 
 
 def lr(step, p):

@@ -1,9 +1,9 @@
-"""Mixup / CutMix (resnet/mixing.py): pixels and targets blended by the same amount, stateless, per replica."""
+"""Mixup / CutMix (resnet/training/mixing.py): pixels and targets blended by the same amount, stateless, per replica."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import mixing
+from resnet.training import mixing
 
 B, H, W, K = 4, 8, 10, 5
 

@@ -1,4 +1,4 @@
-"""LARS (resnet/optimizers.py): trust ratio, skip list, weight decay, schedule, and a mirrored update.
+"""LARS (resnet/training/optimizers.py): trust ratio, skip list, weight decay, schedule, and a mirrored update.
 
 Expected numbers are worked out by hand in the comments; the NumPy reference below is written from the update rule,
 not from the optimizer's code.
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import lr_schedules
-from resnet import optimizers
-from resnet import resnet_model
+from resnet.training import lr_schedules
+from resnet.training import optimizers
+from resnet.model import resnet_model
 
 
 def dense_layer(kernel, bias, name: str = 'dense') -> keras.layers.Dense:
@@ -258,7 +258,7 @@ def test_small_batches_warn_and_short_runs_stay_finite(caplog, monkeypatch):
 def test_lars_runs_without_nesterov_and_its_eval_loss_has_no_l2_term(tmp_path):
   """The reference's LARS has no Nesterov (use_nesterov defaults to true for momentum), and applies the weight
   decay itself: the eval loss must not add an L2 term the training loss does not have."""
-  from resnet import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
   from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
   params = tiny.resnet_params(str(tmp_path), enable_lars=True, use_nesterov=True, weight_decay=0.5)
   model = resnet_model_fn.build_model(params)

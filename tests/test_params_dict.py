@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from params import params_dict as pd
+from resnet import params_files
 from params.params_dict import ParamsDict
-from params import resnet_config
+from resnet import run_params
 from params.resnet_config import RESNET_CFG
 
 # The reference doc's measurement base (§2.3).
@@ -103,7 +104,7 @@ def test_a_key_never_shadows_a_method(params):
 
 # --- overrides: keys ------------------------------------------------------------------------------------------------
 # ParamsDict(RESNET_CFG) below is on purpose: an unlocked ParamsDict without resnet_config's validator, to test
-# ParamsDict's own override checks with real keys (run params come from resnet_config.make_params).
+# ParamsDict's own override checks with real keys (run params come from run_params.make_params).
 
 
 def test_strict_override_unknown_key_lists_close_keys():
@@ -365,7 +366,7 @@ def test_flow_yaml_and_json_string_overrides(params):
 def test_yaml_file_override_reads_exponent_floats_as_floats(params, tmp_path):
   path = tmp_path / 'override.yaml'
   path.write_text('b: 1e-4\nn:\n  x: 9\nnone: -1.e-3\n')
-  pd.override_params_dict(params, str(path), is_strict=True)
+  pd.override_params_dict(params, str(path), is_strict=True, read_file=params_files.read_text)
   assert params.b == 1e-4 and isinstance(params.b, float)  # The reference's FullLoader gave the string '1e-4'.
   assert params.n == {'x': 9} and params.none == -1e-3
 
@@ -374,20 +375,20 @@ def test_yaml_file_override_is_strict(params, tmp_path):
   path = tmp_path / 'override.yaml'
   path.write_text('aa: 1\n')
   with pytest.raises(KeyError, match="Unknown param 'aa'. Did you mean: a"):
-    pd.override_params_dict(params, str(path), is_strict=True)
+    pd.override_params_dict(params, str(path), is_strict=True, read_file=params_files.read_text)
 
 
 def test_missing_file_error_lists_what_the_string_is_not(params):
   with pytest.raises(ValueError, match=r"'/no/such/params\.yaml' is neither valid k=v CSV .*nor a YAML/JSON "
                      r'mapping .*nor an existing file'):
-    pd.override_params_dict(params, '/no/such/params.yaml', is_strict=True)
+    pd.override_params_dict(params, '/no/such/params.yaml', is_strict=True, read_file=params_files.read_text)
 
 
 def test_yaml_file_that_is_not_a_mapping_is_refused(params, tmp_path):
   path = tmp_path / 'list.yaml'
   path.write_text('- 1\n- 2\n')
   with pytest.raises(ValueError, match='must hold a mapping'):
-    pd.override_params_dict(params, str(path), is_strict=True)
+    pd.override_params_dict(params, str(path), is_strict=True, read_file=params_files.read_text)
 
 
 @pytest.mark.parametrize('empty', [None, '', {}, '   '])
@@ -424,9 +425,9 @@ def test_python_object_tag_in_yaml_file_is_refused_without_running(tmp_path):
   path = tmp_path / 'evil.yaml'
   path.write_text('a: ' + _EVIL.format(marker=marker) + '\n')
   with pytest.raises(ValueError, match='Refusing to read file'):
-    pd.override_params_dict(ParamsDict(BASE), str(path), is_strict=True)
+    pd.override_params_dict(ParamsDict(BASE), str(path), is_strict=True, read_file=params_files.read_text)
   with pytest.raises(ValueError, match='Refusing'):
-    pd.read_yaml_to_params_dict(str(path))
+    params_files.read_params(str(path))
   assert not marker.exists()
 
 
@@ -448,8 +449,8 @@ ROUND_TRIP = {
 
 def test_save_and_read_round_trip_exactly(tmp_path):
   path = str(tmp_path / 'params.yaml')
-  pd.save_params_dict_to_yaml(ParamsDict(ROUND_TRIP), path)
-  restored = pd.read_yaml_to_params_dict(path).as_dict()
+  params_files.save_params(ParamsDict(ROUND_TRIP), path)
+  restored = params_files.read_params(path).as_dict()
   assert restored == ROUND_TRIP
   assert isinstance(restored['float'], float) and isinstance(restored['whole'], float)
   assert isinstance(restored['numeric_str'], str) and restored['none'] is None
@@ -457,35 +458,35 @@ def test_save_and_read_round_trip_exactly(tmp_path):
 
 def test_saved_yaml_is_block_style_with_flow_lists(tmp_path):
   path = tmp_path / 'params.yaml'
-  pd.save_params_dict_to_yaml(ParamsDict({'b': 1, 'a': [1, 2], 'n': {'x': 1}}), str(path))
+  params_files.save_params(ParamsDict({'b': 1, 'a': [1, 2], 'n': {'x': 1}}), str(path))
   assert path.read_text() == 'b: 1\na: [1, 2]\nn:\n  x: 1\n'  # Key order kept.
 
 
 def test_resnet_defaults_round_trip(tmp_path):
   path = str(tmp_path / 'params.yaml')
-  params = resnet_config.make_params(fill_from_data=False)
-  pd.save_params_dict_to_yaml(params, path)
-  assert pd.read_yaml_to_params_dict(path) == params
+  params = run_params.make_params(fill_from_data=False)
+  params_files.save_params(params, path)
+  assert params_files.read_params(path) == params
 
 
 def test_save_replaces_atomically_and_leaves_no_temp_files(tmp_path):
   path = tmp_path / 'out' / 'params.yaml'  # The directory is created.
-  pd.save_params_dict_to_yaml({'a': 1}, str(path))
-  pd.save_params_dict_to_yaml({'a': 2}, str(path))
-  assert pd.read_yaml_to_params_dict(str(path)).a == 2
+  params_files.save_params({'a': 1}, str(path))
+  params_files.save_params({'a': 2}, str(path))
+  assert params_files.read_params(str(path)).a == 2
   assert os.listdir(path.parent) == ['params.yaml']
 
 
 def test_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
   path = tmp_path / 'params.yaml'
-  pd.save_params_dict_to_yaml({'a': 1}, str(path))
+  params_files.save_params({'a': 1}, str(path))
 
   def full_disk(fd):
     raise OSError(28, 'No space left on device')
 
   monkeypatch.setattr(os, 'fsync', full_disk)
   with pytest.raises(OSError, match=r'Could not write .*params\.yaml.*No space left'):
-    pd.save_params_dict_to_yaml({'a': 2}, str(path))
+    params_files.save_params({'a': 2}, str(path))
   assert path.read_text() == 'a: 1\n'
   assert os.listdir(tmp_path) == ['params.yaml']
 

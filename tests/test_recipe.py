@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import resnet_model_fn
-from resnet import tflite_export
+from resnet.training import resnet_model_fn
+from resnet.export import tflite_export
 from tests.helpers import tiny
 
 SIZE = 32

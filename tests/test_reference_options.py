@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from official_input import imagenet_input
 from resnet import resnet_main
-from resnet import resnet_model_fn
+from resnet.training import resnet_model_fn
 from tests.helpers import cli
 from tests.helpers import tiny
 

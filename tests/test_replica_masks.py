@@ -2,14 +2,13 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from resnet import resnet_model
+from resnet.model import layers
 from tests.helpers import tiny
 
 
 @pytest.mark.parametrize('make_layer, shape', [
-    (lambda: resnet_model.StochasticDepth(0.5, seed=3, name='sd'), (64, 2, 2, 4)),
-    (lambda: resnet_model.Dropout(0.5, seed=3, name='dropout'), (64, 16)),
+    (lambda: layers.StochasticDepth(0.5, seed=3, name='sd'), (64, 2, 2, 4)),
+    (lambda: layers.Dropout(0.5, seed=3, name='dropout'), (64, 16)),
 ])
 def test_each_replica_draws_its_own_mask_and_a_seed_repeats_them(make_layer, shape):
   strategy = tiny.two_replicas()
@@ -30,6 +29,6 @@ def test_each_replica_draws_its_own_mask_and_a_seed_repeats_them(make_layer, sha
 
 
 def test_one_device_keeps_the_keep_rate():
-  layer = resnet_model.StochasticDepth(0.25, seed=1)
+  layer = layers.StochasticDepth(0.25, seed=1)
   kept = np.mean(layer(tf.ones([4000, 1, 1, 1]), training=True).numpy() > 0)
   assert kept == pytest.approx(0.75, abs=0.03)

@@ -6,9 +6,11 @@ from absl import flags
 import pytest
 
 from params import params_dict as pd
+from resnet import params_files
 from params import resnet_config
+from resnet import run_params
 from params.resnet_config import RESNET_CFG
-from resnet import architectures
+from params import architectures
 from resnet import resnet_flags as rf
 
 # What params_from_flags gives with no data_dir: the defaults, with the data-dependent counts set to ImageNet's.
@@ -64,9 +66,9 @@ def test_list_params_take_comma_separated_values_typed_as_yaml():
 
 def test_value_checks_come_from_the_param_definitions():
   with pytest.raises(ValueError, match=r"precision must be one of \['float32', 'bfloat16', 'float16'\], got 'fp16'"):
-    resnet_config.make_params({'precision': 'fp16'}, fill_from_data=False)
+    run_params.make_params({'precision': 'fp16'}, fill_from_data=False)
   with pytest.raises(ValueError, match=r'se_ratio must be > 0 and <= 1, got 2.0'):
-    resnet_config.make_params({'se_ratio': 2.0}, fill_from_data=False)
+    run_params.make_params({'se_ratio': 2.0}, fill_from_data=False)
 
 
 def test_cross_key_rules_name_the_fix():
@@ -250,27 +252,27 @@ def test_seed_predict_command_line():
 
 def test_make_params_rejects_an_unknown_key_naming_close_ones():
   with pytest.raises(KeyError, match=r"Unknown param 'train_step'. Did you mean: train_steps"):
-    resnet_config.make_params({'train_step': 3})
+    run_params.make_params({'train_step': 3})
 
 
 def test_make_params_rejects_a_bad_type_naming_key_expected_and_given():
   with pytest.raises(ValueError, match=r"'train_steps' expects int .* got str 'abc'"):
-    resnet_config.make_params({'train_steps': 'abc'})
+    run_params.make_params({'train_steps': 'abc'})
   with pytest.raises(ValueError, match=r"num_label_classes must be int, got str 'ten'"):  # None default: by PARAMS
-    resnet_config.make_params({'num_label_classes': 'ten'})
+    run_params.make_params({'num_label_classes': 'ten'})
   with pytest.raises(ValueError, match=r'train_steps must be int, got None \(it cannot be unset\)'):
-    resnet_config.make_params({'train_steps': None})
+    run_params.make_params({'train_steps': None})
 
 
 def test_make_params_rejects_a_failed_check_naming_key_rule_and_value():
   with pytest.raises(ValueError, match=r'image_size must be >= 32, got 16'):
-    resnet_config.make_params({'image_size': 16})
+    run_params.make_params({'image_size': 16})
   with pytest.raises(ValueError, match='pre_activation=true'):  # a rule between keys (check_consistency)
-    resnet_config.make_params({'norm_act_layer': 'evonorm_s0'})
+    run_params.make_params({'norm_act_layer': 'evonorm_s0'})
 
 
 def test_make_params_is_validated_and_locked():
-  params = resnet_config.make_params({'train_steps': 7})
+  params = run_params.make_params({'train_steps': 7})
   assert params.is_locked and params.train_steps == 7
   with pytest.raises(ValueError, match='locked'):
     params.train_steps = 1
@@ -280,11 +282,11 @@ def test_make_params_is_validated_and_locked():
 
 def test_make_params_labels_errors_and_takes_strings_files_and_mappings(tmp_path):
   with pytest.raises(KeyError, match=r"params override 'train_step=3': Unknown param 'train_step'"):
-    resnet_config.make_params('train_step=3')
+    run_params.make_params('train_step=3')
   with pytest.raises(KeyError, match=r"mine: Unknown param 'train_step'"):
-    resnet_config.make_params([('mine', {'train_step': 3})])
+    run_params.make_params([('mine', {'train_step': 3})])
   config = _write(tmp_path, 'c.yaml', 'train_steps: 10\nimage_size: 64\n')
-  params = resnet_config.make_params(['train_steps=11', {'iterations_per_loop': 5}],
+  params = run_params.make_params(['train_steps=11', {'iterations_per_loop': 5}],
                                      config_files=[config, 'demo'])
   assert (params.train_steps, params.image_size, params.iterations_per_loop, params.resnet_depth) == (11, 64, 5, 18)
 
@@ -293,11 +295,11 @@ def test_make_params_gives_the_cli_params_for_the_same_overrides(tmp_path):
   config = _write(tmp_path, 'c.yaml', 'train_steps: 10\niterations_per_loop: 5\n')
   cli = _params(f'--config_file={config}', '--config_file=demo', '--params_override=iterations_per_loop=6',
                 '--steps_per_eval=9', '--crop_area_range=0.35,1', f'--data_dir={_converted(tmp_path / "d")}')
-  made = resnet_config.make_params(['iterations_per_loop=6', {'steps_per_eval': 9, 'crop_area_range': [0.35, 1]},
+  made = run_params.make_params(['iterations_per_loop=6', {'steps_per_eval': 9, 'crop_area_range': [0.35, 1]},
                                     {'data_dir': str(tmp_path / 'd')}], config_files=[config, 'demo'])
   assert made == cli and made.as_dict() == cli.as_dict()
   assert made.num_label_classes == 3  # filled from the data by both
-  assert rf.params_from_flags(_flags(), fill_from_data=False) == resnet_config.make_params(fill_from_data=False)
+  assert rf.params_from_flags(_flags(), fill_from_data=False) == run_params.make_params(fill_from_data=False)
 
 
 # --- shipped configs ------------------------------------------------------------------------------------------------
@@ -313,8 +315,8 @@ def test_the_five_configs_are_shipped():
 
 @pytest.mark.parametrize('path', CONFIGS, ids=os.path.basename)
 def test_config_passes_strict_override_and_validate(path):
-  params = resnet_config.make_params(config_files=[path])
-  config = pd.read_yaml_to_params_dict(path).as_dict()
+  params = run_params.make_params(config_files=[path])
+  config = params_files.read_params(path).as_dict()
   assert params == {**DEFAULTS, 'eval_image_size': config.get('image_size', DEFAULTS['image_size']), **config}
   assert _params(f'--config_file={path}') == params
 
@@ -369,27 +371,29 @@ def test_the_reference_names_of_renamed_params_still_work_everywhere(tmp_path):
   assert by_flag.skip_train_summaries is True and by_flag.profile_duration_ms == 250
   config = tmp_path / 'old.yaml'
   config.write_text('skip_host_call: true\ntpu_profile_duration: 300\n')
-  made = resnet_config.make_params(['tpu_profile_duration=400'], config_files=[str(config)], fill_from_data=False)
+  made = run_params.make_params(['tpu_profile_duration=400'], config_files=[str(config)], fill_from_data=False)
   assert made.skip_train_summaries is True and made.profile_duration_ms == 400
   assert made['tpu_profile_duration'] == 400  # read under either name
   assert 'skip_host_call' not in made.as_dict()  # params.yaml records our name only
   with pytest.raises(ValueError, match='profile_duration_ms must be > 0'):
-    resnet_config.make_params({'tpu_profile_duration': 0}, fill_from_data=False)
+    run_params.make_params({'tpu_profile_duration': 0}, fill_from_data=False)
 
 
 def test_aliases_answer_every_lookup_and_may_not_be_given_twice():
-  params = resnet_config.make_params({'skip_host_call': True}, fill_from_data=False)
+  params = run_params.make_params({'skip_host_call': True}, fill_from_data=False)
   assert 'skip_host_call' in params and params.get('skip_host_call') is True and params.skip_host_call is True
   with pytest.raises(KeyError, match="'skip_host_call' and 'skip_train_summaries' name the same param"):
-    resnet_config.make_params({'skip_host_call': True, 'skip_train_summaries': False}, fill_from_data=False)
+    run_params.make_params({'skip_host_call': True, 'skip_train_summaries': False}, fill_from_data=False)
 
 
 def test_params_load_without_tensorflow():
-  """Flags and params come before TensorFlow (whose import takes seconds): the params table must not pull it in."""
+  """Flags and params come before TensorFlow (whose import takes seconds): the params table, the flags and reading
+  a config file must not pull it in."""
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
   code = ('import sys; from params import resnet_config; from resnet import resnet_flags; '
-          "resnet_config.make_params(fill_from_data=False); print('tensorflow' in sys.modules)")
+          "from resnet import params_files; resnet_config.make_params(configs=[('demo', params_files.read_params("
+          "params_files.resolve_config_file('demo')).as_dict())]); print('tensorflow' in sys.modules)")
   out = subprocess.run([sys.executable, '-c', code], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        capture_output=True, text=True, timeout=120, check=True).stdout
   assert out.strip() == 'False'
@@ -418,3 +422,8 @@ def test_the_cli_warns_about_a_param_its_mode_ignores(tmp_path):
                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert 'early_stopping_evals does nothing in --mode=export (it acts in --mode=train_and_eval): remove it' in (
       proc.stderr), proc.stderr[-2000:]
+
+
+def test_the_params_table_offers_the_runners_strategies():
+  from resnet.estimator import run_config  # pylint: disable=import-outside-toplevel
+  assert resnet_config.STRATEGIES == run_config.STRATEGIES

@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 from tests.helpers import tiny
-from params import params_dict
-from params import resnet_config
+from resnet import params_files
+from resnet import run_params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ['--resnet_depth=18', '--image_size=32', '--num_label_classes=4', '--precision=float32',
@@ -73,7 +73,7 @@ def test_train_and_eval_alternates_and_writes_eval_results(trained):
   assert results['num_examples'] == 4  # the whole validation split (4 classes x 1 image), exactly once
   assert set(results) >= {'top_1_accuracy', 'top_5_accuracy', 'loss'}
   assert log.count('Built ResNet-18') == 1  # the model is built once, not per chunk
-  saved = params_dict.read_yaml_to_params_dict(os.path.join(model_dir, 'params.yaml'))
+  saved = params_files.read_params(os.path.join(model_dir, 'params.yaml'))
   assert saved.train_steps == 6 and saved.lr_schedule == 'stepwise' and saved.image_size == 32
   assert os.listdir(os.path.join(model_dir, 'export'))
 
@@ -101,7 +101,7 @@ def test_eval_reports_per_class_metrics_confusion_image_misclassified_and_keeps_
   decoded = tf.io.decode_png(image[2]).numpy()
   assert decoded.shape[2] == 3 and decoded.shape[0] > 100
   # Class weights resolved from summary.json (balanced data: all 1) and recorded; the advice once.
-  assert params_dict.read_yaml_to_params_dict(os.path.join(model_dir, 'params.yaml')).class_weights == [1.0] * 4
+  assert params_files.read_params(os.path.join(model_dir, 'params.yaml')).class_weights == [1.0] * 4
   assert log.count('does much worse on small data') == 1 and 'small_data' in log
   # The best checkpoint by loss, kept in best/ and exported.
   best = json.load(open(os.path.join(model_dir, 'best', 'eval_results.json')))
@@ -207,7 +207,7 @@ def test_dump_params_shows_precedence_without_running(tmp_path):
   proc = run_main(f'--config_file={config}', '--param_overrides=iterations_per_loop=5,train_steps=50',
                   '--train_steps=7', '--dump_params')
   assert proc.returncode == 0, proc.stderr[-2000:]
-  dumped = resnet_config.make_params(proc.stdout)  # the dump is valid params input
+  dumped = run_params.make_params(proc.stdout)  # the dump is valid params input
   assert dumped.train_steps == 7 and dumped.iterations_per_loop == 5 and dumped.base_learning_rate == 1e-3
 
 
@@ -264,7 +264,7 @@ def test_recipe_options_through_the_cli(records, tmp_path):
                   '--mixup_alpha=0.2', '--cutmix_alpha=1.0', '--eval_image_size=48', '--export_tflite=true',
                   f'--export_dir={model_dir}/export', '--random_seed=1', *TINY, module=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  recorded = params_dict.read_yaml_to_params_dict(os.path.join(model_dir, 'params.yaml'))
+  recorded = params_files.read_params(os.path.join(model_dir, 'params.yaml'))
   assert (recorded.gradient_accumulation_steps, recorded.mixup_alpha, recorded.cutmix_alpha,
           recorded.eval_image_size, recorded.image_size) == (2, 0.2, 1.0, 48, 32)
   results = json.load(open(os.path.join(model_dir, 'eval_results.json')))

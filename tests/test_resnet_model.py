@@ -1,4 +1,4 @@
-"""Tests for resnet/resnet_model.py and tools/model_report.py.
+"""Tests for resnet/model/resnet_model.py and tools/model_report.py.
 
 Tiny inputs (32-64 px, batch 1-2) keep the module fast on a couple of CPU cores; ImageNet-size shapes are checked
 symbolically (a functional model with a static image size computes no activations).
@@ -14,10 +14,14 @@ import pytest
 import keras
 import tensorflow as tf
 
-from resnet import resnet_model as rm
+from resnet.model import resnet_model as rm
+from params import architectures
+from resnet.model import layers
+from resnet.model import plan
+from resnet.model import tf1_names
 from tools import model_report
 
-# The expected table, written out independently of resnet/architectures.py (the reference's model_params).
+# The expected table, written out independently of params/architectures.py (the reference's model_params).
 BLOCKS = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3],
           200: [3, 24, 36, 3], 270: [4, 29, 53, 4], 350: [4, 36, 72, 4], 420: [4, 44, 87, 4]}
 RS_DEPTHS = (270, 350, 420)
@@ -31,7 +35,7 @@ def _images(batch: int, size: int, seed: int = 0) -> np.ndarray:
 def _randomize(model: keras.Model, seed: int = 0) -> None:
   """Non-trivial BN parameters and statistics: with zero gammas every block would reduce to its shortcut."""
   rng = np.random.default_rng(seed)
-  for name, var in rm.tf1_variable_map(model).items():
+  for name, var in tf1_names.tf1_variable_map(model).items():
     shape = tuple(var.shape)
     if name.endswith(('/gamma', '/moving_variance')):
       var.assign(rng.uniform(0.5, 1.5, shape).astype(np.float32))
@@ -40,8 +44,8 @@ def _randomize(model: keras.Model, seed: int = 0) -> None:
 
 
 def _copy_by_tf1_name(source: keras.Model, target: keras.Model) -> None:
-  src = rm.tf1_variable_map(source)
-  for name, var in rm.tf1_variable_map(target).items():
+  src = tf1_names.tf1_variable_map(source)
+  for name, var in tf1_names.tf1_variable_map(target).items():
     var.assign(src[name])
 
 
@@ -101,10 +105,10 @@ def test_input_dtype_does_not_change_logits(resnet18_small):
 
 def test_normalisation_is_the_first_op_with_imagenet_mean_and_std(resnet18_small):
   normalize = keras.Model(resnet18_small.input, resnet18_small.get_layer('normalize').output)
-  mean_image = np.broadcast_to(np.array(rm.MEAN_RGB, np.float32), (1, 32, 32, 3))
+  mean_image = np.broadcast_to(np.array(layers.MEAN_RGB, np.float32), (1, 32, 32, 3))
   np.testing.assert_allclose(normalize(mean_image).numpy(), 0.0, atol=1e-5)
   white = np.full((1, 32, 32, 3), 255.0, np.float32)
-  expected = (255.0 - np.array(rm.MEAN_RGB)) / np.array(rm.STDDEV_RGB)
+  expected = (255.0 - np.array(layers.MEAN_RGB)) / np.array(layers.STDDEV_RGB)
   np.testing.assert_allclose(normalize(white).numpy()[0, 0, 0], expected, rtol=1e-5)
   assert resnet18_small.layers[1].name == 'normalize'
 
@@ -136,7 +140,7 @@ def test_unsupported_depth_raises_value_error_listing_supported_depths():
   with pytest.raises(ValueError, match='18, 34, 50, 101, 152, 200'):
     rm.resnet(42, 10)
   with pytest.raises(ValueError, match='supported depths'):
-    rm.count_params(26)
+    plan.count_params(26)
 
 
 @pytest.mark.parametrize('depth', [18, 50])
@@ -144,7 +148,7 @@ def test_last_bn_gamma_of_each_block_is_zero(depth):
   model = _model_1000(depth)
   expected = {18: [3, 5, 8, 10, 13, 15, 18, 20],
               50: [4, 7, 10, 14, 17, 20, 23, 27, 30, 33, 36, 39, 42, 46, 49, 52]}[depth]
-  names = rm.tf1_variable_map(model)
+  names = tf1_names.tf1_variable_map(model)
   num_bn = 21 if depth == 18 else 53
   for i in range(num_bn):
     gamma = names['batch_normalization' + (f'_{i}' if i else '') + '/gamma'].numpy()
@@ -178,7 +182,7 @@ def test_bn_settings_come_from_the_arguments():
 
 
 def _expected_params(depth: int, num_classes: int) -> tuple[int, int]:
-  """(trainable, all) for v1, from per-block closed forms, independent of the model and of rm.count_params."""
+  """(trainable, all) for v1, from per-block closed forms, independent of the model and of plan.count_params."""
   bottleneck = depth >= 50
   trainable = 7 * 7 * 3 * 64 + 2 * 64
   stats = 2 * 64
@@ -209,8 +213,8 @@ def test_parameter_counts_match_an_independent_formula(depth):
   trainable, total = _expected_params(depth, 1000)
   assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == trainable
   assert model.count_params() == total
-  assert rm.count_params(depth, 1000) == trainable
-  assert rm.count_params(depth, 1000, include_bn_statistics=True) == total
+  assert plan.count_params(depth, 1000) == trainable
+  assert plan.count_params(depth, 1000, include_bn_statistics=True) == total
 
 
 # Published counts: torchvision's resnet{18,34,50,101,152} have the same layers, except that the reference (and
@@ -232,7 +236,7 @@ def test_parameter_counts_match_published_numbers(depth):
 
 def test_tf1_variable_map_covers_every_resnet50_variable_once_with_reference_shapes():
   model = _model_1000(50)
-  names = rm.tf1_variable_map(model)
+  names = tf1_names.tf1_variable_map(model)
   assert len(names) == 267 == len(model.weights)
   assert sorted(id(v) for v in names.values()) == sorted(id(v) for v in model.weights)
   assert sum(v.trainable for v in names.values()) == 161
@@ -265,22 +269,22 @@ def test_tf1_variable_map_covers_every_resnet50_variable_once_with_reference_sha
   convs = [f'conv2d_{i}/kernel' if i else 'conv2d/kernel' for i in range(53)]
   assert [n for n in names if n.startswith('conv2d')] == convs
   # Shapes follow the analytic conv table, so the table (report) and the model agree too.
-  for name, conv in zip(convs, rm.conv_shapes(50)):
+  for name, conv in zip(convs, plan.conv_shapes(50)):
     assert tuple(names[name].shape) == (conv.kernel, conv.kernel, conv.cin, conv.cout)
 
 
 def test_weight_decay_covers_conv_kernels_and_the_whole_dense_layer_but_no_batch_norm():
   model = _model_1000(50)
-  decayed = rm.weight_decay_variables(model)
-  names = {id(v): n for n, v in rm.tf1_variable_map(model).items()}
+  decayed = tf1_names.weight_decay_variables(model)
+  names = {id(v): n for n, v in tf1_names.tf1_variable_map(model).items()}
   decayed_names = [names[id(v)] for v in decayed]
   assert len(decayed) == 55
   assert 'dense/bias' in decayed_names and 'dense/kernel' in decayed_names
   assert not any('batch_normalization' in n for n in decayed_names)
-  assert len(rm.batch_norm_variables(model)) == 53 * 4
-  assert rm.is_classifier_head('dense/kernel') and rm.is_classifier_head('dense/bias')
-  assert not rm.is_classifier_head('conv2d/kernel')
-  assert not rm.is_classifier_head('batch_normalization_52/gamma')
+  assert len(tf1_names.batch_norm_variables(model)) == 53 * 4
+  assert tf1_names.is_classifier_head('dense/kernel') and tf1_names.is_classifier_head('dense/bias')
+  assert not tf1_names.is_classifier_head('conv2d/kernel')
+  assert not tf1_names.is_classifier_head('batch_normalization_52/gamma')
 
 
 # --- layout and precision ---------------------------------------------------------------------------------------
@@ -338,7 +342,7 @@ def test_dropblock_changes_outputs_in_training_but_not_in_inference():
   assert dropped.dropblock_keep_prob.name == 'dropblock_keep_prob'
   assert not dropped.dropblock_keep_prob.trainable
   assert sum(v is dropped.dropblock_keep_prob for v in dropped.non_trainable_variables) == 1
-  assert len(rm.tf1_variable_map(dropped)) == len(dropped.weights) - 1
+  assert len(tf1_names.tf1_variable_map(dropped)) == len(dropped.weights) - 1
   images = _images(2, 64)
 
   np.testing.assert_allclose(dropped(images, training=False), plain(images, training=False), rtol=1e-5,
@@ -355,8 +359,8 @@ def test_dropblock_changes_outputs_in_training_but_not_in_inference():
 
 def test_head_dropout_is_training_only_and_adds_no_tf1_weight():
   model = rm.resnet(18, 10, dropout_rate=0.5)
-  assert isinstance(model.get_layer('dropout'), rm.Dropout)  # one mask per replica (test_replica_masks.py)
-  assert len(rm.tf1_variable_map(model)) == len(model.weights)
+  assert isinstance(model.get_layer('dropout'), layers.Dropout)  # one mask per replica (test_replica_masks.py)
+  assert len(tf1_names.tf1_variable_map(model)) == len(model.weights)
   images = _images(2, 32)
   np.testing.assert_array_equal(model(images, training=False), model(images, training=False))
   model.get_layer('dense').kernel.assign(np.ones((512, 10), np.float32))  # make the head see every feature
@@ -364,12 +368,12 @@ def test_head_dropout_is_training_only_and_adds_no_tf1_weight():
 
 
 def test_dropblock_group_keep_prob_and_schedule():
-  assert rm.group_keep_prob(0.9, 4) == pytest.approx(0.9)
-  assert rm.group_keep_prob(0.9, 3) == pytest.approx(1 - 0.1 / 4)
-  assert rm.group_keep_prob(0.9, 1) == pytest.approx(1 - 0.1 / 64)
-  assert float(rm.scheduled_dropblock_keep_prob(0, 100, 0.9)) == pytest.approx(1.0)
-  assert float(rm.scheduled_dropblock_keep_prob(50, 100, 0.9)) == pytest.approx(0.95)
-  assert float(rm.scheduled_dropblock_keep_prob(100, 100, 0.9)) == pytest.approx(0.9)
+  assert layers.group_keep_prob(0.9, 4) == pytest.approx(0.9)
+  assert layers.group_keep_prob(0.9, 3) == pytest.approx(1 - 0.1 / 4)
+  assert layers.group_keep_prob(0.9, 1) == pytest.approx(1 - 0.1 / 64)
+  assert float(layers.scheduled_dropblock_keep_prob(0, 100, 0.9)) == pytest.approx(1.0)
+  assert float(layers.scheduled_dropblock_keep_prob(50, 100, 0.9)) == pytest.approx(0.95)
+  assert float(layers.scheduled_dropblock_keep_prob(100, 100, 0.9)) == pytest.approx(0.9)
 
 
 def test_dropblock_rejects_bad_settings():
@@ -392,7 +396,7 @@ def test_projection_shortcut_is_created_first_and_takes_the_block_input():
 
 def test_pre_activation_v2_wiring():
   model = rm.resnet(50, 10, pre_activation=True)
-  names = rm.tf1_variable_map(model)
+  names = tf1_names.tf1_variable_map(model)
   # No stem BN: the first BN is block 1's pre-activation, and the projection reads its (ReLU'd) output.
   assert model.get_layer('initial_max_pool').input is model.get_layer('conv2d').output
   assert model.get_layer('conv2d_1').input is model.get_layer('batch_normalization_relu').output
@@ -404,18 +408,18 @@ def test_pre_activation_v2_wiring():
   assert isinstance(model.get_layer('block_group1_block1_add'), keras.layers.Add)
   with pytest.raises(ValueError):
     model.get_layer('block_group1_block1_out')  # v2 blocks end without a ReLU
-  assert bn_widths == rm.bn_channels(50, pre_activation=True)
+  assert bn_widths == plan.bn_channels(50, pre_activation=True)
 
 
 @pytest.mark.parametrize('depth,num_bn', [(18, 17), (50, 49)])
 def test_pre_activation_v2_has_its_own_bn_layout_and_still_maps_to_tf1_names(depth, num_bn):
   model = rm.resnet(depth, 10, pre_activation=True)
-  names = rm.tf1_variable_map(model)
+  names = tf1_names.tf1_variable_map(model)
   assert len(names) == len(model.weights)
   bn_layers = {n.split('/')[0] for n in names if n.startswith('batch_normalization')}
   assert len(bn_layers) == num_bn  # one per block input + between main-path convs, plus the final one
   assert all(np.all(v.numpy() == 1.0) for n, v in names.items() if n.endswith('/gamma'))  # no zero-init in v2
-  assert model.count_params() == rm.count_params(depth, 10, pre_activation=True, include_bn_statistics=True)
+  assert model.count_params() == plan.count_params(depth, 10, pre_activation=True, include_bn_statistics=True)
   assert list(names['batch_normalization/gamma'].shape) == [64]  # first BN: block 1's input, no stem BN
   assert model(_images(1, 32), training=True).shape == (1, 10)
 
@@ -466,10 +470,10 @@ def _layer_flops(model: keras.Model) -> int:
 
 
 def test_analytic_flops_match_a_count_from_the_built_layers(resnet50_224):
-  assert _layer_flops(resnet50_224) == rm.count_flops(50, 224, 1000)
-  assert rm.count_flops(50, 224, 1000) == pytest.approx(8.18e9, rel=0.01)  # the usual "4.1 GMACs"
+  assert _layer_flops(resnet50_224) == plan.count_flops(50, 224, 1000)
+  assert plan.count_flops(50, 224, 1000) == pytest.approx(8.18e9, rel=0.01)  # the usual "4.1 GMACs"
   odd = rm.resnet(34, 7, image_size=97)
-  assert _layer_flops(odd) == rm.count_flops(34, 97, 7)
+  assert _layer_flops(odd) == plan.count_flops(34, 97, 7)
 
 
 def test_analytic_flops_agree_with_the_tf_profiler(resnet18_small):
@@ -480,7 +484,7 @@ def test_analytic_flops_agree_with_the_tf_profiler(resnet18_small):
       option_builder.ProfileOptionBuilder.float_operation()).with_empty_output().build()
   profiled = model_analyzer.profile(graph, options=options).total_float_ops
   # The profiler also counts BN, bias and residual adds: a little more than convs + dense.
-  assert rm.count_flops(18, 64, 10) <= profiled <= 1.02 * rm.count_flops(18, 64, 10)
+  assert plan.count_flops(18, 64, 10) <= profiled <= 1.02 * plan.count_flops(18, 64, 10)
 
 
 def test_model_report_prints_one_row_per_depth():
@@ -497,7 +501,7 @@ def test_fused_batch_norm_matches_keras_batch_norm(axis):
   x = np.random.RandomState(0).randn(4, 6, 6, 5).astype('float32') * 3 + 1
   if axis == 1:
     x = np.transpose(x, [0, 3, 1, 2])
-  fused = rm.FusedBatchNormalization(axis=axis, momentum=0.9, epsilon=1e-5)
+  fused = layers.FusedBatchNormalization(axis=axis, momentum=0.9, epsilon=1e-5)
   plain = keras.layers.BatchNormalization(axis=axis, momentum=0.9, epsilon=1e-5)
   for layer in (fused, plain):
     layer.build(x.shape)
@@ -552,17 +556,17 @@ def test_option_parameter_counts_match_hand_values(resnet18_small, rs18):
   replace_stem_max_pool: 3x3x64x64 = 36864 + BN(64) 128 = +36992.
   ResNet-D shortcut: the same 1x1 convs, after an average pool: +0.
   """
-  base = rm.count_params(18, 10)
-  assert rm.count_params(18, 10, se_ratio=0.25) - base == 350560
-  assert rm.count_params(50, 10, se_ratio=0.25) - rm.count_params(50, 10) == (
+  base = plan.count_params(18, 10)
+  assert plan.count_params(18, 10, se_ratio=0.25) - base == 350560
+  assert plan.count_params(50, 10, se_ratio=0.25) - plan.count_params(50, 10) == (
       3 * 33088 + 4 * (512 * 128 + 128 + 128 * 512 + 512) + 6 * (1024 * 256 + 256 + 256 * 1024 + 1024)
       + 3 * (2048 * 512 + 512 + 512 * 2048 + 2048))
-  assert rm.count_params(18, 10, use_resnetd_stem=True) - base == 19232
-  assert rm.count_params(18, 10, replace_stem_max_pool=True) - base == 36992
-  assert rm.count_params(18, 10, resnetd_shortcut=True) == base
+  assert plan.count_params(18, 10, use_resnetd_stem=True) - base == 19232
+  assert plan.count_params(18, 10, replace_stem_max_pool=True) - base == 36992
+  assert plan.count_params(18, 10, resnetd_shortcut=True) == base
   # The built models: Keras' own counts agree with the hand values and with the analytic count.
   assert _trainable(rs18) - _trainable(resnet18_small) == 350560 + 19232 + 36992
-  assert rs18.count_params() == rm.count_params(18, 10, include_bn_statistics=True, **RS_OPTIONS)
+  assert rs18.count_params() == plan.count_params(18, 10, include_bn_statistics=True, **RS_OPTIONS)
 
 
 # Bello et al. 2021, "Revisiting ResNets", Table 7: ResNet-RS parameter counts (millions, 1000 classes).
@@ -571,21 +575,21 @@ PUBLISHED_RS_PARAMS_M = {50: 35.7, 101: 63.6, 152: 86.6, 200: 93.2, 270: 129.9, 
 
 def test_resnet_rs_parameter_counts_match_the_published_ones(rs50_160):
   assert round(_trainable(rs50_160) / 1e6, 1) == 35.7
-  assert _trainable(rs50_160) == rm.count_params(50, 1000, **RS_OPTIONS)
-  assert rs50_160.count_params() == rm.count_params(50, 1000, include_bn_statistics=True, **RS_OPTIONS)
+  assert _trainable(rs50_160) == plan.count_params(50, 1000, **RS_OPTIONS)
+  assert rs50_160.count_params() == plan.count_params(50, 1000, include_bn_statistics=True, **RS_OPTIONS)
   for depth, millions in PUBLISHED_RS_PARAMS_M.items():
-    assert round(rm.count_params(depth, 1000, **RS_OPTIONS) / 1e6, 1) == millions, depth
+    assert round(plan.count_params(depth, 1000, **RS_OPTIONS) / 1e6, 1) == millions, depth
   # The same paper gives 4.6 GFLOPs for ResNet-RS-50 at 160 px (2 x multiply-adds).
-  assert _layer_flops(rs50_160) == rm.count_flops(50, 160, 1000, **RS_OPTIONS)
-  assert rm.count_flops(50, 160, 1000, **RS_OPTIONS) == pytest.approx(4.6e9, rel=0.01)
+  assert _layer_flops(rs50_160) == plan.count_flops(50, 160, 1000, **RS_OPTIONS)
+  assert plan.count_flops(50, 160, 1000, **RS_OPTIONS) == pytest.approx(4.6e9, rel=0.01)
 
 
 def test_conv_table_and_tf1_names_follow_creation_order_with_se(rs50_160):
-  names = rm.tf1_variable_map(rs50_160)
+  names = tf1_names.tf1_variable_map(rs50_160)
   assert len(names) == len(rs50_160.weights)
   convs = [n for n in names if n.startswith('conv2d') and n.endswith('/kernel')]
-  assert len(convs) == len(rm.conv_shapes(50, **RS_OPTIONS)) == 4 + 52 + 2 * 16  # stem, blocks, SE
-  for name, conv in zip(convs, rm.conv_shapes(50, **RS_OPTIONS)):
+  assert len(convs) == len(plan.conv_shapes(50, **RS_OPTIONS)) == 4 + 52 + 2 * 16  # stem, blocks, SE
+  for name, conv in zip(convs, plan.conv_shapes(50, **RS_OPTIONS)):
     assert tuple(names[name].shape) == (conv.kernel, conv.kernel, conv.cin, conv.cout), name
   order = list(names)
   # Stem: conv2d 3x3x3x32 s2 (+ batch_normalization), ... the replacement conv conv2d_3; block 1: projection
@@ -599,7 +603,7 @@ def test_conv_table_and_tf1_names_follow_creation_order_with_se(rs50_160):
   i = order.index('batch_normalization_7/moving_variance')
   assert order[i + 1:i + 6] == ['conv2d_8/kernel', 'conv2d_8/bias', 'conv2d_9/kernel', 'conv2d_9/bias',
                                 'conv2d_10/kernel']
-  decayed = {id(v) for v in rm.weight_decay_variables(rs50_160)}
+  decayed = {id(v) for v in tf1_names.weight_decay_variables(rs50_160)}
   assert id(names['conv2d_8/bias']) in decayed and id(names['conv2d_9/kernel']) in decayed
   assert len(decayed) == len(convs) + 2 * 16 + 2  # kernels, SE biases, dense kernel and bias
 
@@ -662,9 +666,9 @@ def test_stochastic_depth_rates_grow_linearly_per_group(rs18):
            for name in ('block_group1_block1', 'block_group2_block2', 'block_group3_block1', 'block_group4_block2')}
   assert rates == pytest.approx({'block_group1_block1': 0.08, 'block_group2_block2': 0.12,
                                  'block_group3_block1': 0.16, 'block_group4_block2': 0.2})
-  assert rm.drop_connect_rate_for_group(None, 4) == 0.0
+  assert layers.drop_connect_rate_for_group(None, 4) == 0.0
   plain = rm.resnet(18, 10, drop_connect_rate=0.0)
-  assert not any(isinstance(layer, rm.StochasticDepth) for layer in plain.layers)
+  assert not any(isinstance(layer, layers.StochasticDepth) for layer in plain.layers)
 
 
 def test_stochastic_depth_is_random_in_training_and_identity_in_inference(rs18):
@@ -677,7 +681,7 @@ def test_stochastic_depth_is_random_in_training_and_identity_in_inference(rs18):
 def test_stochastic_depth_layer_drops_whole_examples_and_rescales_the_kept_ones():
   x = np.ones((2000, 2, 2, 3), np.float32)
   keras.utils.set_random_seed(11)
-  layer = rm.StochasticDepth(0.25)
+  layer = layers.StochasticDepth(0.25)
   y = layer(x, training=True).numpy()
   per_example = y.reshape(2000, -1)
   assert np.all(per_example.min(axis=1) == per_example.max(axis=1))  # one draw per example
@@ -685,7 +689,7 @@ def test_stochastic_depth_layer_drops_whole_examples_and_rescales_the_kept_ones(
   assert abs((per_example[:, 0] > 0).mean() - 0.75) < 0.04  # ~N(0.75, 0.01)
   np.testing.assert_array_equal(layer(x, training=False), x)
   keras.utils.set_random_seed(11)
-  np.testing.assert_array_equal(rm.StochasticDepth(0.25)(x, training=True), y)  # reproducible from the seed
+  np.testing.assert_array_equal(layers.StochasticDepth(0.25)(x, training=True), y)  # reproducible from the seed
 
 
 # --- EvoNorm ----------------------------------------------------------------------------------------------------
@@ -710,7 +714,7 @@ def test_evonorm_matches_a_numpy_implementation(kind, channels, groups):
   # S0 groups: 32, reduced until they divide C -- 40 channels: 31..21 do not divide, 20 does.
   rng = np.random.default_rng(1)
   x = (rng.normal(size=(2, 3, 3, channels)) * 2 + 0.5).astype(np.float32)
-  layer = rm.EvoNorm(kind, momentum=0.9, epsilon=1e-5)
+  layer = layers.EvoNorm(kind, momentum=0.9, epsilon=1e-5)
   layer.build(x.shape)
   params = {name: rng.uniform(0.5, 1.5, (1, 1, 1, channels)).astype(np.float32) for name in ('v', 'gamma')}
   params['beta'] = rng.normal(0, 0.3, (1, 1, 1, channels)).astype(np.float32)
@@ -726,7 +730,7 @@ def test_evonorm_matches_a_numpy_implementation(kind, channels, groups):
     expected = _np_evonorm(x64, kind, variance=0.9 + 0.1 * batch_var, **params)
   np.testing.assert_allclose(layer(x, training=False), expected, rtol=1e-4, atol=1e-5)
   # channels_first: same variables (shape [1,1,1,C]), transposed result.
-  first = rm.EvoNorm(kind, data_format='channels_first')
+  first = layers.EvoNorm(kind, data_format='channels_first')
   first.build((2, channels, 3, 3))
   for name in params:
     getattr(first, name).assign(getattr(layer, name))
@@ -741,29 +745,29 @@ def test_evonorm_needs_pre_activation_and_names_the_fix():
     with pytest.raises(ValueError, match=r'pre_activation=true.*bn_relu'):
       rm.resnet(18, 10, norm_act_layer=layer)
     with pytest.raises(ValueError, match='pre_activation=true'):
-      rm.count_params(18, 10, norm_act_layer=layer)
+      plan.count_params(18, 10, norm_act_layer=layer)
   with pytest.raises(ValueError, match='bn_relu, evonorm_b0, evonorm_s0'):
     rm.resnet(18, 10, pre_activation=True, norm_act_layer='group_norm')
 
 
 def test_evonorm_b0_model_has_tf1_names_counts_and_no_weight_decay_on_evonorm():
   model = rm.resnet(18, 10, pre_activation=True, norm_act_layer='evonorm_b0')
-  names = rm.tf1_variable_map(model)
+  names = tf1_names.tf1_variable_map(model)
   assert len(names) == len(model.weights)
   assert not any(n.startswith('batch_normalization') for n in names)
   assert list(names)[:6] == ['conv2d/kernel', 'evonorm/beta', 'evonorm/gamma', 'evonorm/v',
                              'evonorm/moving_variance', 'conv2d_1/kernel']
   assert tuple(names['evonorm/v'].shape) == (1, 1, 1, 64) and tuple(names['evonorm_16/gamma'].shape) == (1, 1, 1, 512)
-  decayed = {id(v) for v in rm.weight_decay_variables(model)}
+  decayed = {id(v) for v in tf1_names.weight_decay_variables(model)}
   assert not any(id(v) in decayed for n, v in names.items() if n.startswith('evonorm'))
   assert len(decayed) == 21 + 2  # every conv kernel, the dense kernel and bias
   # Hand count: 17 EvoNorms (as v2's 17 BNs) with beta, gamma, v (+ moving_variance) per channel.
   # Channels: per block the input's pre-activation and the one between the convs; a final one after group 4.
   # (64+64 + 64+64) + (64+128 + 128+128) + (128+256 + 256+256) + (256+512 + 512+512) + 512 = 3904.
-  channels = sum(rm.bn_channels(18, pre_activation=True))
+  channels = sum(plan.bn_channels(18, pre_activation=True))
   assert channels == 3904
-  assert model.count_params() == rm.count_params(18, 10, pre_activation=True) + channels + channels
-  assert model.count_params() == rm.count_params(18, 10, pre_activation=True, include_bn_statistics=True,
+  assert model.count_params() == plan.count_params(18, 10, pre_activation=True) + channels + channels
+  assert model.count_params() == plan.count_params(18, 10, pre_activation=True, include_bn_statistics=True,
                                                  norm_act_layer='evonorm_b0')
 
 
@@ -803,7 +807,7 @@ def test_channels_first_matches_channels_last_with_evonorm_se_and_resnetd():
   last = rm.resnet(18, 10, **options)
   first = rm.resnet(18, 10, data_format='channels_first', **options)
   rng = np.random.default_rng(2)
-  for name, var in rm.tf1_variable_map(last).items():
+  for name, var in tf1_names.tf1_variable_map(last).items():
     if name.startswith('evonorm') or name.endswith('/bias'):
       var.assign(rng.uniform(0.5, 1.5, tuple(var.shape)).astype(np.float32))
   _copy_by_tf1_name(last, first)
@@ -837,13 +841,13 @@ def test_bad_option_values_raise_clear_errors():
   with pytest.raises(ValueError, match=r'drop_connect_rate must be in \[0, 1\)'):
     rm.resnet(18, 10, drop_connect_rate=1.0)
   with pytest.raises(ValueError, match='rate must be in'):
-    rm.StochasticDepth(-0.1)
+    layers.StochasticDepth(-0.1)
 
 
 def test_model_report_counts_the_resnet_rs_options():
   rows = {r['depth']: r for r in model_report.report_rows(160, 1000, **RS_OPTIONS)}
   assert round(rows[50]['params'] / 1e6, 1) == 35.7
-  assert rows[50]['params'] == rm.count_params(50, 1000, **RS_OPTIONS)
+  assert rows[50]['params'] == plan.count_params(50, 1000, **RS_OPTIONS)
   evonorm = {r['depth']: r for r in model_report.report_rows(224, 1000, True, 'evonorm_s0')}
   assert evonorm[50]['bn_statistics'] == 0  # S0 keeps no statistics
   with pytest.raises(ValueError, match='pre_activation'):
@@ -855,10 +859,10 @@ def test_model_report_counts_the_resnet_rs_options():
 
 @pytest.mark.parametrize('depth', RS_DEPTHS)
 def test_resnet_rs_depths_follow_the_block_table(depth):
-  assert list(rm.architecture(depth).blocks) == BLOCKS[depth]
+  assert list(architectures.architecture(depth).blocks) == BLOCKS[depth]
   trainable, total = _expected_params(depth, 1000)
-  assert rm.count_params(depth, 1000) == trainable
-  assert rm.count_params(depth, 1000, include_bn_statistics=True) == total
+  assert plan.count_params(depth, 1000) == trainable
+  assert plan.count_params(depth, 1000, include_bn_statistics=True) == total
 
 
 def test_building_past_pythons_recursion_limit_works_and_restores_the_limit():
@@ -883,13 +887,13 @@ def test_building_past_pythons_recursion_limit_works_and_restores_the_limit():
 def test_resnet_rs_depths_build_with_the_block_table_counts(depth):
   model = rm.resnet(depth, 10, image_size=32)
   assert model.count_params() == _expected_params(depth, 10)[1]
-  assert len(rm.tf1_variable_map(model)) == len(model.weights)
+  assert len(tf1_names.tf1_variable_map(model)) == len(model.weights)
 
 
 # ------------------------------------------------------------------------------------------------ Variant
 def _conv_strides(model: keras.Model) -> list:
   convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
-  convs.sort(key=rm._creation_order)  # pylint: disable=protected-access
+  convs.sort(key=tf1_names._creation_order)  # pylint: disable=protected-access
   return [(conv.kernel_size[0], conv.strides[0]) for conv in convs]
 
 
@@ -897,14 +901,14 @@ def test_variant_options_build_what_the_conv_table_says():
   """stride_in_1x1 moves each stage's stride to the first 1x1; 'shape_change' drops ResNet-18's group-1
   projection (torchvision has none); the analytic table and parameter counts follow."""
   plain = rm.resnet(18, 10, image_size=32, projection_shortcut='shape_change', stem_pool_padding='symmetric')
-  assert plain.count_params() == rm.count_params(18, 10, include_bn_statistics=True, projection_shortcut='shape_change')
-  assert len(rm.conv_shapes(18, projection_shortcut='shape_change')) == len(rm.conv_shapes(18)) - 1 == 20
-  assert _conv_strides(plain) == [(c.kernel, c.stride) for c in rm.conv_shapes(18, projection_shortcut='shape_change')]
+  assert plain.count_params() == plan.count_params(18, 10, include_bn_statistics=True, projection_shortcut='shape_change')
+  assert len(plan.conv_shapes(18, projection_shortcut='shape_change')) == len(plan.conv_shapes(18)) - 1 == 20
+  assert _conv_strides(plain) == [(c.kernel, c.stride) for c in plan.conv_shapes(18, projection_shortcut='shape_change')]
   v1 = rm.resnet(50, 10, image_size=32, stride_in_1x1=True)
-  table = rm.conv_shapes(50, stride_in_1x1=True)
+  table = plan.conv_shapes(50, stride_in_1x1=True)
   assert _conv_strides(v1) == [(c.kernel, c.stride) for c in table]
   assert [(c.kernel, c.stride) for c in table[11:15]] == [(1, 2), (1, 2), (3, 1), (1, 1)]  # group 2's first block
-  assert rm.count_flops(50, 224, stride_in_1x1=True) < rm.count_flops(50, 224)  # its 3x3s run on smaller maps
+  assert plan.count_flops(50, 224, stride_in_1x1=True) < plan.count_flops(50, 224)  # its 3x3s run on smaller maps
   assert v1.variant.stride_in_1x1 and plain.variant.projection_shortcut == 'shape_change'
   with pytest.raises(ValueError, match='stride_in_1x1=true needs a bottleneck depth'):
     rm.resnet(18, 10, stride_in_1x1=True)
@@ -914,13 +918,13 @@ def test_symmetric_stem_pool_and_caffe_normalisation():
   """The symmetric pool is a 3x3/2 max over a one-pixel border on every side (SAME pads only the end of even
   sizes); caffe_bgr is RGB -> BGR minus the caffe means, unscaled."""
   x = np.random.default_rng(0).normal(size=(1, 8, 8, 2)).astype(np.float32)
-  pooled = keras.layers.MaxPooling2D(3, 2)(rm.BorderPadding('channels_last')(x)).numpy()
+  pooled = keras.layers.MaxPooling2D(3, 2)(layers.BorderPadding('channels_last')(x)).numpy()
   padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-np.inf)
   expected = np.array([[padded[0, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max((0, 1)) for j in range(4)] for i in range(4)])
   np.testing.assert_array_equal(pooled[0], expected)
   assert not np.allclose(pooled, keras.layers.MaxPooling2D(3, 2, padding='same')(x).numpy())
-  first = rm.BorderPadding('channels_first')(np.transpose(x, (0, 3, 1, 2))).numpy()
+  first = layers.BorderPadding('channels_first')(np.transpose(x, (0, 3, 1, 2))).numpy()
   np.testing.assert_array_equal(np.transpose(first, (0, 2, 3, 1)), padded)
   pixels = np.array([[[[10.0, 20.0, 30.0]]]], np.float32)
-  np.testing.assert_allclose(rm.NormalizeImages('caffe_bgr')(pixels).numpy()[0, 0, 0],
+  np.testing.assert_allclose(layers.NormalizeImages('caffe_bgr')(pixels).numpy()[0, 0, 0],
                              [30 - 103.939, 20 - 116.779, 10 - 123.68], rtol=1e-6)

@@ -1,4 +1,4 @@
-"""TF Serving warm-up file (resnet/serving_warmup.py): records, field numbers, JPEG payloads, atomic writes.
+"""TF Serving warm-up file (resnet/export/serving_warmup.py): records, field numbers, JPEG payloads, atomic writes.
 
 The file is checked twice: with the module's descriptor-built classes, and by decoding the protobuf wire format by
 hand (below), so a wrong field number in the declarations cannot pass by being read back with the same mistake.
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import serving_warmup as warmup
+from resnet.export import serving_warmup as warmup
 
 IMAGE_SIZE = 32
 

@@ -1,4 +1,4 @@
-"""Warm start (resnet/warm_start.py) from this application's checkpoints and from TF1 reference-named ones.
+"""Warm start (resnet/weights/warm_start.py) from this application's checkpoints and from TF1 reference-named ones.
 
 One tiny ResNet-18 (32 px, 3 classes, batch 2) is trained by the real Estimator + resnet_model_fn once per module; the
 TF1 checkpoints are written (by tf.compat.v1's Saver, or its SaveV2 op) under the reference's TF1 names, so no
@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from params import resnet_config
-from resnet import ema as ema_lib
-from resnet import resnet_model
-from resnet import resnet_model_fn
-from resnet import warm_start as ws
+from resnet import run_params
+from resnet.training import ema as ema_lib
+from resnet.model import resnet_model
+from resnet.model import plan
+from resnet.model import tf1_names
+from resnet.training import resnet_model_fn
+from resnet.weights import warm_start as ws
 from resnet.estimator.estimator import Estimator
 from resnet.estimator.run_config import RunConfig
 from resnet.estimator.spec import ModeKeys
@@ -28,7 +30,7 @@ BN_STATS = ('/moving_mean', '/moving_variance')
 
 
 def make_params(model_dir: str, num_classes: int = 3, **overrides) -> Mapping[str, Any]:
-  return resnet_config.make_params(dict(dict(
+  return run_params.make_params(dict(dict(
       resnet_depth=18, num_label_classes=num_classes, image_size=IMAGE_SIZE, precision='float32',
       train_batch_size=2, eval_batch_size=2, predict_batch_size=2, train_steps=2, iterations_per_loop=1,
       save_checkpoints_steps=1, num_train_images=8, lr_warmup_epochs=0.0, model_dir=model_dir, skip_train_summaries=True),
@@ -62,7 +64,7 @@ def fresh_train_runner(tmp_path, num_classes: int) -> Estimator:
 
 
 def values(model) -> dict:
-  return {name: v.numpy() for name, v in resnet_model.tf1_variable_map(model).items()}
+  return {name: v.numpy() for name, v in tf1_names.tf1_variable_map(model).items()}
 
 
 # ------------------------------------------------------------------------------------------------ tf2 (own)
@@ -105,7 +107,7 @@ def test_warm_start_into_a_mirrored_model_sets_every_replica(trained, tmp_path):
   summary = ws.warm_start(runner.scope.get('model'), trained.model_dir)
   assert len(summary.restored) == 105
   source = values(trained.scope.get('model'))
-  target = resnet_model.tf1_variable_map(runner.scope.get('model'))
+  target = tf1_names.tf1_variable_map(runner.scope.get('model'))
   for name in ('conv2d_20/kernel', 'batch_normalization_3/moving_variance'):
     replicas = strategy.experimental_local_results(target[name].value)
     assert len(replicas) == 2
@@ -120,7 +122,7 @@ def test_tf2_keys_pair_trainable_weights_through_the_optimizer_path(trained):
   reader = tf.train.load_checkpoint(path)
   graph = ws._object_graph(reader)  # pylint: disable=protected-access
   keys = ws.tf2_keys(graph, ws._model_node(graph), model)  # pylint: disable=protected-access
-  tf1 = resnet_model.tf1_variable_map(model)
+  tf1 = tf1_names.tf1_variable_map(model)
   kernel_key = keys[id(tf1['conv2d/kernel'])]
   stat_key = keys[id(tf1['batch_normalization/moving_mean'])]
   assert kernel_key.startswith('optimizer/')
@@ -171,7 +173,7 @@ def tf1_values(depth: int, num_classes: int, seed: int = 0) -> dict:
   if depth == 18:
     convs = reference_resnet18_convs()
   else:
-    convs = [(c.kernel, c.cin, c.cout) for c in resnet_model.conv_shapes(depth)]
+    convs = [(c.kernel, c.cin, c.cout) for c in plan.conv_shapes(depth)]
   out = {}
   for i, (kernel, cin, cout) in enumerate(convs):
     out[f'{tf1_name("conv2d", i)}/kernel'] = rng.normal(0, 0.1, (kernel, kernel, cin, cout))
@@ -257,7 +259,7 @@ def test_tf1_names_strip_the_shared_scope_and_ignore_slots():
   names = ['resnet50/conv2d/kernel', 'resnet50/conv2d/kernel/Momentum', 'resnet50/dense/bias', 'global_step',
            'resnet50/batch_normalization_3/moving_mean/ExponentialMovingAverage',
            'resnet50/batch_normalization_3/moving_mean']
-  assert ws.tf1_names(names) == {'conv2d/kernel': 'resnet50/conv2d/kernel', 'dense/bias': 'resnet50/dense/bias',
+  assert ws.reference_names(names) == {'conv2d/kernel': 'resnet50/conv2d/kernel', 'dense/bias': 'resnet50/dense/bias',
                                  'batch_normalization_3/moving_mean': 'resnet50/batch_normalization_3/moving_mean'}
 
 
@@ -316,7 +318,7 @@ def test_allow_partial_restores_equal_shapes_and_warns(tmp_path, caplog):
   source = resnet50_group1()
   path = write_tf1_checkpoint(str(tmp_path / 'r50' / 'model.ckpt'), source)
   model = resnet_model.resnet(18, 3)
-  shapes = {name: tuple(v.shape) for name, v in resnet_model.tf1_variable_map(model).items()}
+  shapes = {name: tuple(v.shape) for name, v in tf1_names.tf1_variable_map(model).items()}
   with caplog.at_level(std_logging.INFO), caplog.at_level(std_logging.INFO, logger='absl'):
     summary = ws.warm_start(model, path, allow_partial=True)
   # ResNet-50 and -18 share names and a few shapes (the stem, some BNs): only those are copied.

@@ -4,7 +4,7 @@ r"""Our recipe next to a plain Keras ``fit`` on the same small dataset: accuracy
                                                             # 1000-step trainings, ~10 min on 2 quiet cores)
   python -m tools.compare_keras_fit --data_dir=RECORDS      # your own converted TFRecords (summary.json needed)
 
-Both runs see the same TFRecords, model (``resnet.resnet_model.resnet`` at the config's depth, float32), image
+Both runs see the same TFRecords, model (``resnet.model.resnet_model.resnet`` at the config's depth, float32), image
 size, batch size and number of training images, and each runs in its own fresh Python process, timed from the
 outside, so both walls include the same start-up (TensorFlow import, model build, graph tracing):
 
@@ -111,8 +111,8 @@ def steps_per_epoch(batch_size: int, num_train_images: int) -> int:
 
 def read_config(config_file: str) -> Mapping[str, Any]:
   """The config's params on top of the defaults, validated: what resnet_main makes of ``--config_file`` alone."""
-  from params import resnet_config  # pylint: disable=g-import-not-at-top
-  return resnet_config.make_params(config_files=[config_file], fill_from_data=False)
+  from resnet import run_params  # pylint: disable=g-import-not-at-top
+  return run_params.make_params(config_files=[config_file], fill_from_data=False)
 
 
 def read_summary(data_dir: str) -> Dict[str, int]:
@@ -178,7 +178,7 @@ def run_keras_baseline(s: Settings, learning_rate: float, schedule: str) -> Dict
   """Builds, compiles, fits and evaluates the Keras baseline in this process; returns its results."""
   import keras  # pylint: disable=g-import-not-at-top
   from resnet import determinism  # pylint: disable=g-import-not-at-top
-  from resnet import resnet_model  # pylint: disable=g-import-not-at-top
+  from resnet.model import resnet_model  # pylint: disable=g-import-not-at-top
   determinism.make_deterministic(s.seed)  # as ours with a seed: same seed, same numbers
   epochs = keras_epochs(s.train_steps, s.batch_size, s.num_train_images)
   steps = epochs * steps_per_epoch(s.batch_size, s.num_train_images)

@@ -36,8 +36,8 @@ def _run(cmd):
 
 def run_seed(model_dir: str) -> Optional[int]:
   """The seed the training run used, from its own model_dir/params.yaml (flag or config, whichever won)."""
-  from params import params_dict  # pylint: disable=g-import-not-at-top
-  return params_dict.read_yaml_to_params_dict(os.path.join(model_dir, 'params.yaml')).as_dict().get('random_seed')
+  from resnet import params_files  # pylint: disable=g-import-not-at-top
+  return params_files.read_params(os.path.join(model_dir, 'params.yaml')).as_dict().get('random_seed')
 
 
 def main(argv) -> None:

@@ -15,8 +15,8 @@ from typing import Sequence
 from absl import app
 from absl import flags
 from absl import logging
-
-from resnet import resnet_model
+from params import architectures
+from resnet.model import plan
 
 FLAGS = flags.FLAGS
 
@@ -28,7 +28,7 @@ def define_flags() -> None:
       'num_classes': lambda: flags.DEFINE_integer('num_classes', 1000, 'Classifier width.'),
       'pre_activation': lambda: flags.DEFINE_bool('pre_activation', False,
                                                   'Count ResNet v2 (pre-activation) norm layers instead of v1.'),
-      'norm_act_layer': lambda: flags.DEFINE_enum('norm_act_layer', 'bn_relu', list(resnet_model.NORM_ACT_LAYERS),
+      'norm_act_layer': lambda: flags.DEFINE_enum('norm_act_layer', 'bn_relu', list(architectures.NORM_ACT_LAYERS),
                                                   'Normalisation-activation layer; EvoNorm needs --pre_activation.'),
       'se_ratio': lambda: flags.DEFINE_float('se_ratio', None, 'Squeeze-excitation ratio in (0, 1]; unset = none.'),
       'resnetd_shortcut': lambda: flags.DEFINE_bool('resnetd_shortcut', False,
@@ -53,16 +53,16 @@ def report_rows(image_size: int, num_classes: int, pre_activation: bool = False,
   options = dict(se_ratio=se_ratio, resnetd_shortcut=resnetd_shortcut, use_resnetd_stem=use_resnetd_stem,
                  replace_stem_max_pool=replace_stem_max_pool)
   rows = []
-  for depth in resnet_model.SUPPORTED_DEPTHS:
-    params = resnet_model.count_params(depth, num_classes, pre_activation, norm_act_layer=norm_act_layer, **options)
-    total = resnet_model.count_params(depth, num_classes, pre_activation, include_bn_statistics=True,
+  for depth in architectures.SUPPORTED_DEPTHS:
+    params = plan.count_params(depth, num_classes, pre_activation, norm_act_layer=norm_act_layer, **options)
+    total = plan.count_params(depth, num_classes, pre_activation, include_bn_statistics=True,
                                       norm_act_layer=norm_act_layer, **options)
     rows.append({
         'depth': depth,
-        'block': resnet_model.architecture(depth).kind,
+        'block': architectures.architecture(depth).kind,
         'params': params,
         'bn_statistics': total - params,
-        'flops': resnet_model.count_flops(depth, image_size, num_classes, **options),
+        'flops': plan.count_flops(depth, image_size, num_classes, **options),
     })
   return rows
 

@@ -4,9 +4,9 @@ It lives beside, not among, the rolling checkpoints that ``keep_checkpoint_max``
 checkpoint directory (``ckpt-N.index``, ``ckpt-N.data-*``, ``checkpoint``), so ``eval_checkpoint=<model_dir>/best``
 and warm starts read it like any other, plus ``eval_results.json``: the results that made it the best.
 
-Atomic without directory renames (object stores have none): the new checkpoint's files (and the run's
-params.yaml, so that a warm start from ``best/`` builds the same architecture) are copied in under their own
-names, each file atomically; then ``eval_results.json``, written atomically, is the commit point; then the
+Atomic without directory renames (object stores have none): the new checkpoint's files (and the application's
+``companions``, e.g. its params file so that a warm start from ``best/`` builds the same architecture) are copied
+in under their own names, each file atomically; then ``eval_results.json``, written atomically, is the commit point; then the
 ``checkpoint`` pointer and the removal of the previous files follow. Opening a ``best/`` that a crash left
 half-updated, as its writer, finishes or undoes the update from ``eval_results.json``; a reader (export) never
 changes it. ``progress.json`` counts evaluations without improvement and records the last evaluated step, so that a
@@ -32,7 +32,6 @@ from resnet.estimator import files
 BEST_DIR = 'best'
 RESULTS_FILE = 'eval_results.json'
 PROGRESS_FILE = 'progress.json'
-PARAMS_FILE = 'params.yaml'
 GOALS = ('auto', 'max', 'min')
 # writer: the chief of the job that evaluates (keeps best/); follower: another worker of that job (decides as the
 # writer does, writes nothing); reader: a job that only looks (export), taking best/ whichever metric chose it.
@@ -54,7 +53,7 @@ class BestCheckpoint:
   workers, ``share`` (see the module docstring) makes its decisions every worker's."""
 
   def __init__(self, model_dir: str, metric: str, goal: str = 'auto', role: str = 'writer',
-               share: Optional[Share] = None):
+               share: Optional[Share] = None, companions: Sequence[str] = ()):
     if role not in ROLES:
       raise ValueError(f'role must be one of {list(ROLES)}, got {role!r}.')
     self.model_dir = model_dir
@@ -64,6 +63,7 @@ class BestCheckpoint:
     self.role = role
     self.writer = role == 'writer'
     self._share = share
+    self.companions = tuple(companions)  # files of model_dir copied with each best (the application's, e.g. its params)
     self._agreed = share is None  # the opening state is agreed before the first decision
     self.best: Optional[Dict[str, Any]] = None
     self._committed: Optional[Dict[str, Any]] = None  # what best/ holds now, whatever metric chose it
@@ -125,7 +125,7 @@ class BestCheckpoint:
 
   def _tidy(self) -> None:
     """Makes the pointer agree with eval_results.json and removes files of any other checkpoint (a crash's)."""
-    keep = {RESULTS_FILE, PROGRESS_FILE, PARAMS_FILE}
+    keep = {RESULTS_FILE, PROGRESS_FILE, *self.companions}
     if self._committed is not None:
       name = self._committed['best_checkpoint']
       files.atomic_write(os.path.join(self.directory, 'checkpoint'),
@@ -220,9 +220,8 @@ class BestCheckpoint:
       if not any(s.endswith('.index') for s in sources):
         raise tf.errors.NotFoundError(None, None, f'{source}.index')
       tf.io.gfile.makedirs(self.directory)
-      run_params = os.path.join(self.model_dir, PARAMS_FILE)
-      if tf.io.gfile.exists(run_params):
-        sources = sources + [run_params]
+      sources = sources + [p for p in (os.path.join(self.model_dir, c) for c in self.companions)
+                           if tf.io.gfile.exists(p)]
       for path in sources:
         target = os.path.join(self.directory, os.path.basename(path))
         tmp = files.temp_path(target)

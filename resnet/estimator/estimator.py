@@ -214,7 +214,8 @@ class Estimator:
     if step >= max_steps:
       logging.info('Global step %d already reaches max_steps=%d: nothing to train.', step, max_steps)
       return {}
-    progress = _Progress(step, total_steps or max_steps)
+    progress = _Progress(step, total_steps or max_steps,
+                         next((h for h in hooks if isinstance(h, hooks_lib.ExamplesPerSecond)), None))
     logs: Dict[str, float] = {}
     self.stop.clear()
     for hook in hooks:
@@ -445,20 +446,22 @@ class Estimator:
 
 
 class _Progress:
-  """One log line per loop: step/total, loss, lr, throughput, ETA, and any other scalars (hooks may add some, e.g.
-  hooks.ExamplesPerSecond)."""
+  """One log line per loop: step/total, loss, lr, throughput (``rate``'s examples per second when given, else
+  steps), ETA, and any other scalars (hooks may add some)."""
 
-  _SHOWN = ('loss', 'learning_rate', 'steps_per_sec', hooks_lib.ExamplesPerSecond.NAME)
+  _SHOWN = ('loss', 'learning_rate', 'steps_per_sec')
 
-  def __init__(self, start_step: int, total_steps: int):
+  def __init__(self, start_step: int, total_steps: int, rate: Optional[hooks_lib.ExamplesPerSecond] = None):
     self.start_step, self.total_steps, self.start_time = start_step, total_steps, time.time()
+    self.rate = rate
+    self.shown = self._SHOWN + ((rate.name,) if rate else ())
 
   def line(self, step: int, logs: Mapping[str, float]) -> str:
     done = step - self.start_step
     eta = (time.time() - self.start_time) / done * (self.total_steps - step) if done else float('nan')
-    extras = ''.join(f' {k}={v:.4g}' for k, v in logs.items() if k not in self._SHOWN)
-    examples = logs.get(hooks_lib.ExamplesPerSecond.NAME)
-    rate = f'{examples:.1f} img/s' if examples is not None else f'{logs["steps_per_sec"]:.3g} steps/s'
+    extras = ''.join(f' {k}={v:.4g}' for k, v in logs.items() if k not in self.shown)
+    examples = logs.get(self.rate.name) if self.rate else None
+    rate = f'{examples:.1f} {self.rate.unit}' if examples is not None else f'{logs["steps_per_sec"]:.3g} steps/s'
     return (f'step {step}/{self.total_steps} loss={logs["loss"]:.4f} lr={logs.get("learning_rate", math.nan):.4g} '
             f'{rate} ETA {_format_seconds(eta)}{extras}')
 

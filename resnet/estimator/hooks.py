@@ -43,16 +43,16 @@ class LoopHook:
 
 
 class ExamplesPerSecond(LoopHook):
-  """Adds ``images_per_sec`` (steps/s x the global batch) to each loop's logs: the progress line shows it and
-  TensorBoard gets it as a scalar. The estimator itself only knows steps."""
+  """Adds ``name`` (steps/s x the global batch) to each loop's logs: the progress line shows it in ``unit`` and
+  TensorBoard gets it as a scalar. The estimator itself only knows steps; the application names what a step eats
+  (``images_per_sec``, ``img/s``)."""
 
-  NAME = 'images_per_sec'
-
-  def __init__(self, global_batch_size: int):
+  def __init__(self, global_batch_size: int, name: str = 'examples_per_sec', unit: str = 'examples/s'):
     self.global_batch_size = int(global_batch_size)
+    self.name, self.unit = name, unit
 
   def after_loop(self, step: int, logs: Dict[str, float]) -> None:
-    logs[self.NAME] = logs['steps_per_sec'] * self.global_batch_size
+    logs[self.name] = logs['steps_per_sec'] * self.global_batch_size
 
 
 class DivergenceError(FloatingPointError):

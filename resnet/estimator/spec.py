@@ -126,14 +126,3 @@ class RunParams(collections.abc.Mapping):
 
   def __repr__(self) -> str:
     return f'RunParams({self._values!r}, context={self.context!r})'
-
-
-def input_context(params: Mapping[str, Any]) -> Optional[tf.distribute.InputContext]:
-  """The tf.distribute input context an input_fn was called with; None for plain params (a call by hand)."""
-  context = getattr(params, 'context', None)
-  if isinstance(context, RunContext):
-    return context.input_context
-  if 'context' in params:  # TPUEstimator's params['context']: ignoring it would read every shard on every host
-    raise TypeError("params['context'] is not read: pass spec.RunParams(settings, batch_size, "
-                    'spec.RunContext(mode, input_context=...)) as the Estimator does.')
-  return None

@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Mapping, Tuple
 import numpy as np
 import tensorflow as tf
 
-from resnet.estimator import spec
+from official_input import contract
 
 NUM_WORKERS = 2
 
@@ -39,7 +39,7 @@ def make_input_fn(seed: int, steps: int, global_batch: int, image_size: int,
   shares = per_worker_batches(seed, steps, global_batch, image_size, num_classes)
 
   def input_fn(params: Mapping[str, Any]) -> tf.data.Dataset:
-    context = spec.input_context(params)
+    context = contract.input_context(params)
     pipelines = context.num_input_pipelines if context is not None else 1
     if pipelines == NUM_WORKERS:
       images, labels = shares[context.input_pipeline_id]

@@ -26,10 +26,10 @@ import numpy as np
 
 import tensorflow as tf
 
+from official_input import contract
 from resnet import resnet_main
 from resnet.estimator import best_checkpoint
 from resnet.estimator import distribution
-from resnet.estimator import spec
 from resnet.estimator.estimator import Estimator
 from tests.helpers import designed_data
 
@@ -91,7 +91,7 @@ def _patch() -> None:
 def _overflowing(input_fn, step: int):
   def overflowing_input_fn(params):
     dataset = input_fn(params)
-    context = spec.input_context(params)
+    context = contract.input_context(params)
     if context is None or context.input_pipeline_id != 1:
       return dataset
 

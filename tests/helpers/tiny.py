@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 from params import params_dict
-from params import resnet_config
-from resnet import resnet_model_fn
+from resnet import run_params
+from resnet.training import resnet_model_fn
 from resnet.estimator.estimator import Estimator
 from resnet.estimator.run_config import RunConfig
 
@@ -15,8 +15,8 @@ TINY = dict(resnet_depth=18, image_size=32, num_label_classes=2, precision='floa
 
 
 def resnet_params(model_dir: str, **overrides: Any) -> params_dict.ParamsDict:
-  """``resnet_config.make_params`` with tiny sizes, then ``overrides``: validated and locked, as the CLI makes them."""
-  return resnet_config.make_params(dict(TINY, model_dir=str(model_dir), **overrides))
+  """``run_params.make_params`` with tiny sizes, then ``overrides``: validated and locked, as the CLI makes them."""
+  return run_params.make_params(dict(TINY, model_dir=str(model_dir), **overrides))
 
 
 def resnet_estimator(params: Mapping[str, Any], strategy: Optional[tf.distribute.Strategy] = None) -> Estimator:

@@ -16,10 +16,11 @@ def base_params(cfg: BenchConfig, precision: str, data_dir: Optional[str] = None
                 **overrides: Any) -> Mapping[str, Any]:
   """The params a production run of this shape would use (validated and locked, as the CLI makes them)."""
   from params import resnet_config  # pylint: disable=g-import-not-at-top
+  from resnet import run_params
   shape = dict(resnet_config.IMAGENET_COUNTS, resnet_depth=cfg.resnet_depth, image_size=cfg.image_size,
                num_label_classes=cfg.num_classes, precision=precision, train_batch_size=cfg.batch_size,
                data_dir=data_dir, random_seed=cfg.seed, strategy='one_device', iterations_per_loop=cfg.steps)
-  return resnet_config.make_params({**shape, **overrides}, fill_from_data=False)
+  return run_params.make_params({**shape, **overrides}, fill_from_data=False)
 
 
 def _release_memory() -> None:
@@ -38,7 +39,8 @@ def bench_ours(cfg: BenchConfig, precision: str, data_dir: Optional[str] = None,
   ``recipe``: a RECIPE_OVERRIDES kind (mixup/CutMix, gradient accumulation) on top of ours.
   """
   from official_input import imagenet_input  # pylint: disable=g-import-not-at-top
-  from resnet import determinism, resnet_model_fn  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from resnet import determinism  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from resnet.training import resnet_model_fn  # pylint: disable=g-import-not-at-top,g-multiple-import
   from resnet.estimator import distribution, hooks as hooks_lib  # pylint: disable=g-import-not-at-top,g-multiple-import
   from resnet.estimator.estimator import Estimator  # pylint: disable=g-import-not-at-top
   from resnet.estimator.run_config import RunConfig  # pylint: disable=g-import-not-at-top
@@ -140,7 +142,7 @@ def bench_keras(cfg: BenchConfig, precision: str, batch: Tuple[Any, Any], jit_co
   """
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from resnet import resnet_model_fn  # pylint: disable=g-import-not-at-top
+  from resnet.training import resnet_model_fn  # pylint: disable=g-import-not-at-top
   if model not in ('application', 'ours'):
     raise ValueError(f"model must be 'application' or 'ours', got {model!r}")
   kind = 'keras_ours' if model == 'ours' else 'keras_xla' if jit_compile else 'keras'

@@ -33,7 +33,8 @@ def run_benchmark(cfg: BenchConfig) -> Results:
   ours on real data (one precision), so each ratio compares neighbours in time. The determinism rows come last.
   The matmul ceiling is measured first and last, and the higher one is kept.
   """
-  from resnet import determinism, resnet_model  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from resnet import determinism  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from resnet.model import plan
   validate(cfg)
   if determinism.op_determinism_enabled():
     raise RuntimeError('Deterministic ops are already on in this process, so every row would measure them: run the '
@@ -41,7 +42,7 @@ def run_benchmark(cfg: BenchConfig) -> Results:
   peak = detect_peak(clock_ghz_override=cfg.peak_clock_ghz)
   load_start = os.getloadavg()[0]
   results = Results(cfg=cfg, peak=peak, rows=[], gemm={}, load=(load_start, float('nan')), versions=versions(),
-                    train_gflop_per_image=TRAIN_FLOPS_MULTIPLIER * resnet_model.count_flops(
+                    train_gflop_per_image=TRAIN_FLOPS_MULTIPLIER * plan.count_flops(
                         cfg.resnet_depth, cfg.image_size, cfg.num_classes) / 1e9)
   if cfg.gemm_check:
     results.gemm = {p: measure_gemm_gflops(p) for p in cfg.precisions}

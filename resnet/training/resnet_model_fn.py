@@ -17,12 +17,14 @@ import keras
 import tensorflow as tf
 
 from official_input import resnet_preprocessing
-from resnet import ema as ema_lib
-from resnet import fine_tuning
-from resnet import lr_schedules
-from resnet import mixing
-from resnet import optimizers
-from resnet import resnet_model
+from resnet.training import ema as ema_lib
+from resnet.training import fine_tuning
+from resnet.training import lr_schedules
+from resnet.training import mixing
+from resnet.training import optimizers
+from resnet.model import resnet_model
+from resnet.model import layers
+from resnet.model import tf1_names
 from resnet.estimator.spec import EstimatorSpec, ModeKeys, ObjectScope, RunParams, ServingInput
 
 MODEL, OPTIMIZER = 'model', 'optimizer'
@@ -103,7 +105,7 @@ def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
   if not weight_decay or params['enable_lars']:
     return tf.constant(0.0, tf.float32)
   return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32))
-                                  for v in resnet_model.weight_decay_variables(model)])
+                                  for v in tf1_names.weight_decay_variables(model)])
 
 
 def _per_example_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
@@ -129,7 +131,7 @@ def class_weight_vector(params: Mapping[str, Any]) -> Optional[tf.Tensor]:
     return None
   if isinstance(weights, str) or len(weights) != params['num_label_classes']:
     raise ValueError(f'class_weights must be resolved to {params["num_label_classes"]} numbers (one per model '
-                     f'class) before the model is built; got {weights!r}. resnet_config.make_params resolves '
+                     f'class) before the model is built; got {weights!r}. run_params.make_params resolves '
                      f"'balanced' from data_dir/summary.json.")
   return tf.constant(weights, tf.float32)
 
@@ -206,7 +208,7 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   replicas = params.context.num_replicas
   keep_prob_var = getattr(model, 'dropblock_keep_prob', None)
   if keep_prob_var is not None:
-    keep_prob_var.assign(resnet_model.scheduled_dropblock_keep_prob(step, params['train_steps'],
+    keep_prob_var.assign(layers.scheduled_dropblock_keep_prob(step, params['train_steps'],
                                                                     params['dropblock_keep_prob']))
   labels = _check_labels(labels, params['num_label_classes'])
   lr = lr_schedules.learning_rate(step, params)

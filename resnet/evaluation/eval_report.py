@@ -11,8 +11,8 @@ from typing import Any, Mapping, Optional, Sequence
 from absl import logging
 import numpy as np
 
-from resnet import class_metrics
-from resnet import confusion_image
+from resnet.evaluation import class_metrics
+from resnet.evaluation import confusion_image
 from resnet.estimator import hooks as hooks_lib
 
 

@@ -2,13 +2,13 @@
 its tensors under this model's TF1 names, so warm_start.py copies and checks them as it does a TF1 checkpoint.
 
 Read here: Keras applications ResNet50/101/152 (legacy ``.h5`` as keras.applications downloads it, Keras 3
-``.weights.h5`` and ``.keras``: resnet/keras_weights.py) and torchvision / timm ResNet-18..152 state dicts
-(safetensors, or a torch ``.pth`` when torch is importable: resnet/torch_weights.py). The format comes from the
+``.weights.h5`` and ``.keras``: resnet/weights/keras_weights.py) and torchvision / timm ResNet-18..152 state dicts
+(safetensors, or a torch ``.pth`` when torch is importable: resnet/weights/torch_weights.py). The format comes from the
 file's first bytes, never its name; anything else (a directory, a checkpoint prefix, a TF checkpoint file) is left
 to the TF checkpoint reader.
 
 The file also says how its framework computes (``Header.variant``: stride placement, stem pool padding, BN
-epsilon, input normalisation, group-1 projection), which the run takes as params (resnet_config.variant_defaults)
+epsilon, input normalisation, group-1 projection), which the run takes as params (run_params.variant_defaults)
 before the model is built; nothing is approximated. Conv biases (Keras) fold into the next batch norm's moving mean
 (``fold_into_tf1``), exactly: see there.
 """
@@ -23,7 +23,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from resnet.foreign_layers import KERAS_ZIP, SAFETENSORS, TORCH_PICKLE, Header, Layer
+from resnet.weights.foreign_layers import KERAS_ZIP, SAFETENSORS, TORCH_PICKLE, Header, Layer
 
 HDF5_MAGIC = b'\x89HDF\r\n\x1a\n'
 ZIP_MAGIC = b'PK\x03\x04'
@@ -108,7 +108,7 @@ def damaged(path: str, file_format: str, error: Exception) -> str:
 
 def _format(path: str, head: bytes) -> Optional[str]:
   if head.startswith(HDF5_MAGIC):
-    from resnet import keras_weights  # pylint: disable=g-import-not-at-top
+    from resnet.weights import keras_weights  # pylint: disable=g-import-not-at-top
     with local_copy(path) as local:
       return keras_weights.h5_format(local)
   if head.startswith(ZIP_MAGIC):
@@ -150,9 +150,9 @@ def _reader(path: str):
   if file_format is None:
     return None, None
   if file_format in (SAFETENSORS, TORCH_PICKLE):
-    from resnet import torch_weights  # pylint: disable=g-import-not-at-top
+    from resnet.weights import torch_weights  # pylint: disable=g-import-not-at-top
     return file_format, torch_weights
-  from resnet import keras_weights  # pylint: disable=g-import-not-at-top
+  from resnet.weights import keras_weights  # pylint: disable=g-import-not-at-top
   return file_format, keras_weights
 
 

@@ -4,15 +4,15 @@ Three sources are understood:
 - ``tf2``: a checkpoint of this application (``tf.train.Checkpoint(global_step=, model=, optimizer=[, ema=])``).
 - ``tf1``: a name-based checkpoint of the reference TPU ResNet (``conv2d/kernel``,
   ``batch_normalization_52/moving_variance``, ``dense/bias``; an outer scope such as ``resnet50/`` is stripped).
-- ``foreign``: Keras applications or torchvision/timm weights files, which resnet/foreign_weights.py reads under the
+- ``foreign``: Keras applications or torchvision/timm weights files, which resnet/weights/foreign_weights.py reads under the
   same TF1 names. Their framework computes with another ``Variant`` (stride placement, pool padding, ...); the model
-  must have been built with it (``model.variant``, set from the file by resnet_config.make_params), else
+  must have been built with it (``model.variant``, set from the file by run_params.make_params), else
   WarmStartMismatchError names each difference: same shapes, another function, is never copied silently.
 
 What is copied: every model weight, BN moving statistics included (the reference's ``WarmStartSettings`` pitfall:
 trainable-only regexes lose them). Not copied: the global step and optimizer slots (``Momentum``). With
 ``use_moving_average=True`` the weights come from the moving averages instead: the ``ema`` object's shadows
-(resnet/ema.py) of a tf2 checkpoint, or ``<name>/ExponentialMovingAverage`` of a reference checkpoint.
+(resnet/training/ema.py) of a tf2 checkpoint, or ``<name>/ExponentialMovingAverage`` of a reference checkpoint.
 
 All or nothing, except the classifier head: a backbone variable missing from the checkpoint or of another shape
 raises ``WarmStartMismatchError`` (naming the variables and both shapes) before anything is assigned, because a
@@ -45,10 +45,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from resnet import architectures
-from resnet import ema as ema_lib
-from resnet import foreign_weights
-from resnet import resnet_model
+from params import architectures
+from resnet.training import ema as ema_lib
+from resnet.weights import foreign_weights
+from resnet.model import tf1_names
 from resnet.estimator import checkpoints as checkpoints_lib
 
 OBJECT_GRAPH_KEY = '_CHECKPOINTABLE_OBJECT_GRAPH'
@@ -121,7 +121,7 @@ def tf2_keys(graph: trackable_object_graph_pb2.TrackableObjectGraph, model_node:
 
 
 # ------------------------------------------------------------------------------------------------ tf1 format
-def tf1_names(checkpoint_names: Sequence[str]) -> Dict[str, str]:
+def reference_names(checkpoint_names: Sequence[str]) -> Dict[str, str]:
   """Reference name (``conv2d/kernel``) -> checkpoint name, stripping the outer scope the names share.
 
   Optimizer slots (``.../Momentum``), EMA shadows and ``global_step`` do not end in a layer variable and drop out.
@@ -144,7 +144,7 @@ def tf1_names(checkpoint_names: Sequence[str]) -> Dict[str, str]:
 def tf1_ema_names(checkpoint_names: Sequence[str]) -> Dict[str, str]:
   """Reference name -> checkpoint name of its moving average (``<scope/>conv2d/kernel/ExponentialMovingAverage``)."""
   averaged = [n[:-len(TF1_EMA_SUFFIX)] for n in checkpoint_names if n.endswith(TF1_EMA_SUFFIX)]
-  return {leaf: name + TF1_EMA_SUFFIX for leaf, name in tf1_names(averaged).items()}
+  return {leaf: name + TF1_EMA_SUFFIX for leaf, name in reference_names(averaged).items()}
 
 
 def _child(graph: trackable_object_graph_pb2.TrackableObjectGraph, node_id: int, name: str) -> Optional[int]:
@@ -155,7 +155,7 @@ def _child(graph: trackable_object_graph_pb2.TrackableObjectGraph, node_id: int,
 
 
 def tf2_ema_keys(graph: trackable_object_graph_pb2.TrackableObjectGraph) -> Optional[Dict[str, str]]:
-  """Keras variable path -> checkpoint key of its shadow (resnet/ema.py), or None without an EMA object."""
+  """Keras variable path -> checkpoint key of its shadow (resnet/training/ema.py), or None without an EMA object."""
   ema_node = _child(graph, 0, ema_lib.CHECKPOINT_NAME)
   shadows_node = _child(graph, ema_node, ema_lib.SHADOWS_ATTRIBUTE) if ema_node is not None else None
   if shadows_node is None:
@@ -176,7 +176,7 @@ def warm_start(model: keras.Model, checkpoint: str, allow_partial: bool = False,
   Args:
     model: the freshly built ResNet.
     checkpoint: a checkpoint prefix, one of its files, a directory (its latest checkpoint), or a Keras
-      applications / torchvision / timm weights file (resnet/foreign_weights.py).
+      applications / torchvision / timm weights file (resnet/weights/foreign_weights.py).
     allow_partial: copy whatever matches when backbone variables are missing or differ in shape (warning);
       by default that raises WarmStartMismatchError and leaves the model untouched.
     use_moving_average: take the checkpoint's moving averages (EMA shadows) instead of the raw weights; raises
@@ -187,7 +187,7 @@ def warm_start(model: keras.Model, checkpoint: str, allow_partial: bool = False,
     FileNotFoundError: no checkpoint at ``checkpoint``.
     ValueError: a foreign weights file that cannot be read (a .pth without torch, another architecture).
   """
-  variables = resnet_model.tf1_variable_map(model)   # TF1 name -> variable, creation order
+  variables = tf1_names.tf1_variable_map(model)   # TF1 name -> variable, creation order
   foreign = foreign_weights.load(checkpoint)
   graph = model_node = None
   if foreign is not None:
@@ -246,16 +246,16 @@ def _checkpoint_keys(model: keras.Model, variables: Mapping[str, Any], path: str
     return 'tf2', {name: by_id[id(v)] for name, v in variables.items() if id(v) in by_id}
   if use_moving_average:
     keys = tf1_ema_names(list(shapes))
-    if not keys and tf1_names(list(shapes)):
+    if not keys and reference_names(list(shapes)):
       raise WarmStartMismatchError(_no_averages(path, 'tf1'))
     return 'tf1', keys
-  return 'tf1', tf1_names(list(shapes))
+  return 'tf1', reference_names(list(shapes))
 
 
 def backbone_mismatches(summary: WarmStartSummary) -> List[Tuple[str, Optional[Shape], Optional[Shape]]]:
   """(name, checkpoint shape or None if missing, model shape) of every non-head variable that was not copied."""
-  out = [(n, c, m) for n, c, m in summary.skipped if not resnet_model.is_classifier_head(n)]
-  return out + [(n, None, None) for n in summary.missing if not resnet_model.is_classifier_head(n)]
+  out = [(n, c, m) for n, c, m in summary.skipped if not tf1_names.is_classifier_head(n)]
+  return out + [(n, None, None) for n in summary.missing if not tf1_names.is_classifier_head(n)]
 
 
 def _numpy_dtype(variable) -> np.dtype:
@@ -272,7 +272,7 @@ def _check_variant(model: keras.Model, header: foreign_weights.Header) -> None:
     raise WarmStartMismatchError(
         f'Warm start from {header.path} ({header.title()}): the model does not compute as these weights were '
         f'trained: {"; ".join(problems)}. Nothing was copied. Build the model from params made with '
-        f'resnet_checkpoint set to this file (resnet_config.make_params sets them from it), or set these params.')
+        f'resnet_checkpoint set to this file (run_params.make_params sets them from it), or set these params.')
 
 
 # ------------------------------------------------------------------------------------------------ messages

@@ -14,7 +14,7 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-from resnet import resnet_model
+from resnet.model import layers
 
 HEAD_STAGE = 5
 STAGE_NAMES = ('stem', 'group 1', 'group 2', 'group 3', 'group 4', 'head')
@@ -24,7 +24,7 @@ def variable_stages(model: keras.Model) -> List[int]:
   """The stage of each of ``model.trainable_variables``, from the stage resnet() stamps on each layer."""
   stages = {}
   for layer in model._flatten_layers(include_self=False):  # pylint: disable=protected-access
-    stage = getattr(layer, resnet_model.STAGE_ATTRIBUTE, None)
+    stage = getattr(layer, layers.STAGE_ATTRIBUTE, None)
     if stage is None:
       continue
     for variable in layer.trainable_variables:

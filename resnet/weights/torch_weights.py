@@ -17,7 +17,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from resnet import foreign_layers as fl
+from resnet.weights import foreign_layers as fl
 
 CONVERT = ("python -c \"import torch, safetensors.torch as s; s.save_file(torch.load('x.pth'), "
            "'x.safetensors')\"")

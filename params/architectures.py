@@ -2,8 +2,8 @@
 
 Depths (block type and blocks per group, as the reference's ``model_params``), the normalisation-activation layers,
 and the rule between them and the pre-activation variant; the ``Variant`` details in which other frameworks'
-pretrained ResNets differ from the reference's. ``resnet_model`` builds from these; ``params/resnet_config`` offers
-them as choices and checks the rules before anything is built.
+pretrained ResNets differ from the reference's, and the range checks of the model's options. ``resnet/model/``
+builds from these; ``resnet_config`` offers them as choices and checks the rules before anything is built.
 """
 import dataclasses
 from typing import Any, Dict, NamedTuple, Optional
@@ -63,9 +63,9 @@ class Variant:
   """How a ResNet of the same depth and variables computes, where pretrained weights of other frameworks differ.
 
   The defaults are the reference's v1.5; Keras applications (v1) and torchvision/timm set the others. Shapes do not
-  tell them apart, so they travel as params (resnet/foreign_weights.py reads them from the weights file) and the
+  tell them apart, so they travel as params (resnet/weights/foreign_weights.py reads them from the weights file) and the
   built model carries them (``model.variant``) for the warm start to check. A conv bias before batch norm is no
-  field: it folds exactly into the moving mean (resnet/keras_weights.py).
+  field: it folds exactly into the moving mean (resnet/weights/keras_weights.py).
   """
   bn_epsilon: float = 1e-5
   stride_in_1x1: bool = False              # Keras v1: a stage's stride on the first 1x1 conv, not on the 3x3
@@ -87,3 +87,28 @@ def variant_problem(resnet_depth: int, stride_in_1x1: bool) -> Optional[str]:
     return (f'stride_in_1x1=true needs a bottleneck depth (50 and up); resnet_depth={resnet_depth} has basic '
             'blocks (two 3x3 convs)')
   return None
+
+
+def check_norm_act_layer(norm_act_layer: str, pre_activation: bool) -> None:
+  problem = norm_act_problem(norm_act_layer, pre_activation)
+  if problem:
+    raise ValueError(problem)
+
+
+def check_se_ratio(se_ratio: Optional[float]) -> Optional[float]:
+  """None or 0 turns squeeze-excitation off; otherwise it must be in (0, 1]."""
+  if not se_ratio:
+    return None
+  if not 0.0 < float(se_ratio) <= 1.0:
+    raise ValueError(f'se_ratio must be in (0, 1] (or None/0 for no squeeze-excitation), got {se_ratio!r}.')
+  return float(se_ratio)
+
+
+def check_drop_connect_rate(drop_connect_rate: Optional[float]) -> Optional[float]:
+  """None or 0 turns stochastic depth off; otherwise it must be in (0, 1)."""
+  if not drop_connect_rate:
+    return None
+  if not 0.0 < float(drop_connect_rate) < 1.0:
+    raise ValueError(f'drop_connect_rate must be in [0, 1) (or None for no stochastic depth), '
+                     f'got {drop_connect_rate!r}.')
+  return float(drop_connect_rate)

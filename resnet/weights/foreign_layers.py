@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from resnet import architectures
+from params import architectures
 
 # Formats, as the log names them.
 KERAS_H5 = 'legacy Keras HDF5 weights (.h5)'

@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
-from resnet import architectures
-from resnet import foreign_layers as fl
+from params import architectures
+from resnet.weights import foreign_layers as fl
 
 KERAS_BN_EPSILON = 1.001e-5
 VARIANT = {'bn_epsilon': KERAS_BN_EPSILON, 'stride_in_1x1': True, 'stem_pool_padding': 'symmetric',

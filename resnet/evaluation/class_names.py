@@ -1,0 +1,49 @@
+"""Class names by model class id, from labels.txt, with a background class 0 when the model has one class more
+(the input pipeline's rule), and the check that predict names classes as the model was trained."""
+import os
+from typing import List, Optional
+
+from absl import logging
+
+from official_input import dataset_info
+from params.params_dict import ParamsDict as Params
+from resnet import model_dir as model_dir_lib
+
+
+def labels_path(params: Params) -> Optional[str]:
+  return params.labels_file or (os.path.join(params.data_dir, 'labels.txt') if params.data_dir else None)
+
+
+def read_class_names(params: Params) -> List[str]:
+  return dataset_info.model_class_names(labels_path(params), params.num_label_classes)
+
+
+def has_background(params: Params) -> bool:
+  """Whether model class 0 is a background class: the input pipeline's rule (one class more than labels.txt
+  lists; without labels.txt, ImageNet's 1001)."""
+  data_names = dataset_info.model_class_names(labels_path(params), 0)  # 0: labels.txt as it is, no background
+  return dataset_info.has_background_class(params.num_label_classes, len(data_names) or None)
+
+
+def check_class_names_against_training(params: Params) -> None:
+  """Names by class id come from labels.txt, with a background class 0 when the model has one class more. A labels
+  file with another count than the training run's would shift or drop names (one short even makes class 0 look like
+  a background class): refused, naming both files and counts."""
+  trained = model_dir_lib.recorded_params(params.model_dir) or {}
+  trained_path = trained.get('labels_file') or (
+      os.path.join(trained['data_dir'], 'labels.txt') if trained.get('data_dir') else None)
+  path = labels_path(params)
+  if not trained_path or not path or os.path.abspath(trained_path) == os.path.abspath(path):
+    return
+  trained_names = dataset_info.model_class_names(trained_path, 0)
+  names = dataset_info.model_class_names(path, 0)
+  if names and not trained_names:
+    logging.warning('Cannot read %s, the class names %s was trained with: the names in the predictions come from %s '
+                    'unchecked (they are right only if it lists the same classes in the same order).',
+                    trained_path, params.model_dir, path)
+  if trained_names and names and len(names) != len(trained_names):
+    background = ' and no background class' if len(trained_names) == params.num_label_classes else ''
+    raise ValueError(f'{path} lists {len(names)} class names, but the model in {params.model_dir} was trained with '
+                     f'{trained_path}, which lists {len(trained_names)} ({params.num_label_classes} model classes'
+                     f'{background}): every predicted class name would be off. Use the training run\'s labels '
+                     f'(--labels_file={trained_path}) or one with its {len(trained_names)} names in its order.')

@@ -1,0 +1,59 @@
+"""Params files: the program's reading and writing of them, so that ``params/`` stays pure (it reads no files).
+
+Config files (``--config_file``: a path, or a name in ``params/configs/``), override strings that name a YAML file,
+and a run's ``model_dir/params.yaml``: local paths, or ``gs://`` and other URLs through tf.io.gfile. Writing is
+atomic, so a killed run never leaves half a params.yaml. TensorFlow is imported only for URLs and writing: flags
+and params come before it (its import takes seconds).
+"""
+import os
+from typing import Optional
+
+from absl import logging
+
+from params import params_dict
+from params import resnet_config
+
+
+def is_url(path: str) -> bool:
+  return '://' in path
+
+
+def read_text(path: str) -> Optional[str]:
+  """The file's text, or None when there is no such file (a ``params_dict.ReadFile``)."""
+  if is_url(path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+      return None
+    with tf.io.gfile.GFile(path, 'r') as f:
+      return f.read()
+  if not os.path.isfile(path):
+    return None
+  with open(path, encoding='utf-8') as f:
+    return f.read()
+
+
+def read_params(path: str) -> params_dict.ParamsDict:
+  """A YAML params file (e.g. ``model_dir/params.yaml``) as an unlocked ParamsDict without a validator."""
+  text = read_text(path)
+  if text is None:
+    raise FileNotFoundError(f'No params file at {path}.')
+  return params_dict.ParamsDict(params_dict.yaml_mapping(text, f'file {path!r}'))
+
+
+def save_params(params, path: str) -> None:
+  """Writes ``params`` as YAML atomically (temp file, then rename)."""
+  from resnet.estimator import files  # pylint: disable=g-import-not-at-top; imports TensorFlow
+  files.atomic_write(path, params_dict.params_to_yaml_string(params))
+  logging.info('Wrote params to %s', path)
+
+
+def resolve_config_file(name: str) -> str:
+  """``name`` itself when it is a URL or an existing file, else the matching file in params/configs/."""
+  if is_url(name) or os.path.isfile(name):
+    return name
+  directory = resnet_config.CONFIG_DIR
+  for candidate in (os.path.join(directory, name), os.path.join(directory, name + '.yaml')):
+    if os.path.isfile(candidate):
+      return candidate
+  available = ', '.join(sorted(f[:-5] for f in os.listdir(directory) if f.endswith('.yaml')))
+  raise ValueError(f'{name!r} is no file, nor a config in {directory} (available there: {available}).')
