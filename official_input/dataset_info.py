@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 import tensorflow as tf
 
-SUMMARY_FILE = 'summary.json'
-LABELS_FILE = 'labels.txt'
+from official_input.dataset_layout import LABELS_FILE, SUMMARY_FILE
+
 SPLIT_PARAMS = {'num_train_images': 'train', 'num_eval_images': 'validation', 'num_test_images': 'test'}
 CHECKED_PARAMS = ('num_label_classes',) + tuple(SPLIT_PARAMS)
 

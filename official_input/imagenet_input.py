@@ -121,9 +121,8 @@ class ImageNetInput(accounting.ReportsSkips):
     if split not in SPLITS:
       raise ValueError('split must be one of %s, got %r' % (SPLITS, split))
     kwargs = {arg: params[key] for arg, key in PARAM_ARGS.items()}
-    # Training crops image_size; eval and predict use eval_image_size (make_params sets it, image_size if unset).
     kwargs.update(is_training=split == 'train', split=split, dtype=tf.as_dtype(params['precision']),
-                  image_size=params['image_size'] if split == 'train' else params['eval_image_size'],
+                  image_size=resnet_preprocessing.image_size(params, training=split == 'train'),
                   augment=resnet_preprocessing.AugmentConfig.from_params(params), include_filename=split == 'test',
                   num_images=params[SPLIT_SIZE_PARAMS[split]])
     kwargs.update(overrides)

@@ -84,8 +84,9 @@ class AugmentConfig:
                        f'{", ".join(augment_lib.AUGMENT_NAMES)} (or leave it empty for none).')
     if int(self.randaug_num_layers) != self.randaug_num_layers or self.randaug_num_layers < 0:
       raise ValueError(f'randaug_num_layers must be an integer >= 0, got {self.randaug_num_layers!r}.')
-    if not self.randaug_magnitude >= 0:
-      raise ValueError(f'randaug_magnitude must be >= 0, got {self.randaug_magnitude!r}.')
+    if not 0 <= self.randaug_magnitude <= 30:
+      raise ValueError(f'randaug_magnitude must be in 0..30 (10 = the ops\' nominal maximum), got '
+                       f'{self.randaug_magnitude!r}.')
     # Frozen: normalise through object.__setattr__ so lists from YAML become hashable tuples.
     object.__setattr__(self, 'crop_area_range', area)
     object.__setattr__(self, 'crop_aspect_ratio_range', aspect)
@@ -95,14 +96,15 @@ class AugmentConfig:
 
   @classmethod
   def from_params(cls, params: Mapping[str, Any]) -> 'AugmentConfig':
-    """Reads the fields of the same names; missing or None keys take the defaults, ranges may be lists.
+    """Reads the fields of the same names; missing or None keys take the defaults, ranges may be lists."""
+    return cls(**{f.name: params[f.name] for f in dataclasses.fields(cls) if params.get(f.name) is not None})
 
-    A params mapping that only has the older ``min_crop_area`` key gives crop_area_range (min_crop_area, 1.0).
-    """
-    values = {f.name: params[f.name] for f in dataclasses.fields(cls) if params.get(f.name) is not None}
-    if 'crop_area_range' not in values and params.get('min_crop_area') is not None:
-      values['crop_area_range'] = (params['min_crop_area'], AREA_RANGE[1])
-    return cls(**values)
+
+def image_size(params: Mapping[str, Any], training: bool) -> int:
+  """The one rule for the image size of each mode: training crops ``image_size``; eval, predict and everything
+  exported (serving signatures, TFLite, warm-up requests) use ``eval_image_size``, unset meaning image_size."""
+  size = None if training else params.get('eval_image_size')
+  return int(params['image_size'] if size is None else size)
 
 
 def _pair(name: str, value: Any) -> Tuple[float, float]:

@@ -1,8 +1,9 @@
 """Every param a ResNet run reads, defined once: name, default, type, help and allowed values.
 
-Flags (``resnet/resnet_flags.py``), ``RESNET_CFG`` (the defaults dict), the checks of each value (``check_values``)
-and ``--help`` are all generated from ``PARAMS``; ``make_params`` is the one way to make a run's params (the CLI,
-tools and tests all use it). Values are the reference trainer's where we share a key. Deliberate differences:
+Flags (``resnet/resnet_flags.py``), ``RESNET_CFG`` (the defaults dict), the checks of each value
+(``value_problems``) and ``--help`` are all generated from ``PARAMS``; ``make_params`` makes a run's params from
+what it is given (``resnet/run_params.py`` gives it the files, and the components' range checks: the augmentation
+and mixing configs check their own params, so that each range is checked in one place). Values are the reference trainer's where we share a key. Deliberate differences:
 - ``use_tpu`` None and ``strategy`` 'auto': the run picks TPU/GPUs/CPU itself; ``--use_tpu=false`` always runs
   locally, even with a TPU config.
 - ``use_cache`` False: caching ImageNet needs ~150 GB of host RAM; the TPU config turns it on.
@@ -21,6 +22,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, T
 from absl import logging
 
 from params import params_dict
+from params import override_syntax
 from params import architectures
 
 
@@ -122,8 +124,8 @@ PARAMS: Tuple[Param, ...] = (
       'handedness).'),
     P('augment_name', None, "Extra training augmentation: 'autoaugment' (ImageNet policy v0) or 'randaugment'; "
       'unset = none.', str, choices=(None, 'autoaugment', 'randaugment')),
-    P('randaug_num_layers', 2, 'RandAugment: ops applied per image.', checks=('> 0',)),
-    P('randaug_magnitude', 10, 'RandAugment: op magnitude, 0..30.', checks=('>= 0', '<= 30')),
+    P('randaug_num_layers', 2, 'RandAugment: ops applied per image (0 = none).'),
+    P('randaug_magnitude', 10, 'RandAugment: op magnitude, 0..30.'),
     P('num_parallel_calls', -1, 'Parallel decode/preprocess calls; -1 = tf.data AUTOTUNE.',
       checks=('>= -1', '!= 0')),
     P('fast_jpeg_decode', False, 'Training: decode JPEG crops at least twice image_size at 1/2, 1/4 or 1/8 DCT '
@@ -173,13 +175,12 @@ PARAMS: Tuple[Param, ...] = (
       "batch (PyTorch's CrossEntropyLoss(weight=...)). Without class_weights both are the mean.",
       choices=('batch_size', 'weight_sum'), modes=TRAINING),
     P('mixup_alpha', 0.0, 'Mixup: each training batch blended with itself reversed, by lambda ~ Beta(a, a) '
-      '(e.g. 0.2); 0 = off.', checks=('>= 0',), modes=TRAINING),
+      '(e.g. 0.2); 0 = off.', modes=TRAINING),
     P('cutmix_alpha', 0.0, 'CutMix: a box of the reversed batch pasted in, area ~ Beta(a, a) (e.g. 1.0); 0 = off. '
-      'With mixup too, one of them per batch (mix_switch_prob).', checks=('>= 0',), modes=TRAINING),
-    P('mix_prob', 1.0, 'Mixup/CutMix: probability that a batch is mixed at all.', checks=('>= 0', '<= 1'),
-      modes=TRAINING),
+      'With mixup too, one of them per batch (mix_switch_prob).', modes=TRAINING),
+    P('mix_prob', 1.0, 'Mixup/CutMix: probability that a batch is mixed at all.', modes=TRAINING),
     P('mix_switch_prob', 0.5, 'With both mixup and CutMix on: probability of CutMix for a batch.',
-      checks=('>= 0', '<= 1'), modes=TRAINING),
+      modes=TRAINING),
     P('gradient_accumulation_steps', 1, 'Split each replica\'s batch into this many micro-batches, run one after '
       'another, and apply their summed gradients once: train_batch_size stays the batch of one update, memory '
       'is that of one micro-batch. Batch norm normalises each micro-batch.', checks=('>= 1',), modes=TRAINING),
@@ -324,29 +325,36 @@ def _value_problem(param: Param, value: Any) -> Optional[str]:
   return None
 
 
-def check_values(params: Mapping[str, Any]) -> None:
-  """Each key on its own, from its definition in PARAMS: type, choices and checks (None only where unset is)."""
-  problems = [problem for problem in (_value_problem(p, params[p.name]) for p in PARAMS) if problem]
+Validator = Callable[[Mapping[str, Any]], Any]  # raises ValueError naming what is wrong
+
+
+def _raise(problems: Sequence[str]) -> None:
   if problems:
-    raise ValueError('Invalid params: ' + '; '.join(problems) + '.')
+    raise ValueError('Invalid params: ' + '; '.join(p.rstrip('.') for p in problems) + '.')
 
 
-def validate(params: Mapping[str, Any]) -> None:
-  """Every rule: each key's own (``check_values``), then the rules between keys (``check_consistency``)."""
-  check_values(params)
-  check_consistency(params)
+def value_problems(params: Mapping[str, Any]) -> list:
+  """Each key on its own, from its definition in PARAMS: type, choices and checks (None only where unset is)."""
+  return [problem for problem in (_value_problem(p, params[p.name]) for p in PARAMS) if problem]
 
 
-def check_consistency(params: Any) -> None:
-  """Rules between keys, each with the fix in its message (each key on its own: ``check_values``)."""
+def validate(params: Mapping[str, Any], validators: Sequence[Validator] = ()) -> None:
+  """Every rule: each key's own, the rules between keys, then ``validators``: the checks of the components that
+  take a group of params (the augmentation, mixing configs), so that each range is checked in one place (theirs).
+  Each key's own problems come first: the rest may assume well-typed values."""
+  _raise(value_problems(params))
+  problems = consistency_problems(params)
+  for validator in validators:
+    try:
+      validator(params)
+    except (TypeError, ValueError) as e:
+      problems.append(str(e))
+  _raise(problems)
+
+
+def consistency_problems(params: Any) -> list:
+  """Rules between keys, each with the fix in its message (each key on its own: ``value_problems``)."""
   problems = []
-  for key in ('crop_area_range', 'crop_aspect_ratio_range'):
-    value = params[key]
-    if (len(value) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-        or not 0 < value[0] <= value[1]):
-      problems.append(f'{key}={value!r} must be two numbers [min, max] with 0 < min <= max, e.g. {key}=[0.35,1.0]')
-  if params['crop_area_range'] and len(params['crop_area_range']) == 2 and params['crop_area_range'][1] > 1:
-    problems.append(f'crop_area_range max {params["crop_area_range"][1]} is a fraction of the image: at most 1')
   if params['dropblock_groups'] and params['dropblock_keep_prob'] is None:
     problems.append("dropblock_groups is set but dropblock_keep_prob is not: set both (e.g. 0.9), or "
                     "dropblock_groups='' to turn DropBlock off")
@@ -383,8 +391,7 @@ def check_consistency(params: Any) -> None:
     problems.append('transpose_input=true is the TPUEstimator infeed trick (batches sent as HWCN and transposed '
                     "back on the TPU); TF2's TPUStrategy feeds NHWC batches directly, where it would only add two "
                     'transposes: remove transpose_input from the config')
-  if problems:
-    raise ValueError('Invalid params: ' + '; '.join(problems) + '.')
+  return problems
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -412,7 +419,8 @@ Fill = Callable[[Mapping[str, Any]], Mapping[str, Any]]  # the values so far -> 
 
 def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
                 configs: Sequence[Tuple[str, Mapping[str, Any]]] = (), fills: Sequence[Fill] = (),
-                read_file: Optional[params_dict.ReadFile] = None) -> params_dict.ParamsDict:
+                read_file: Optional[override_syntax.ReadFile] = None,
+                validators: Sequence[Validator] = ()) -> params_dict.ParamsDict:
   """The run's params: the defaults, then ``configs`` in order (``(label, mapping)``: a config file as read), then
   ``overrides`` in order; validated, locked.
 
@@ -422,11 +430,11 @@ def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
   ``read_file``.
   Then each of ``fills`` in order: values only files know (the program's ``resnet/run_params.py`` reads
   ``summary.json``, a run's params.yaml and weight files; this package reads none). Then what is still unset gets
-  its pure default (ImageNet's counts, the reference's v1.5 Variant, eval_image_size = image_size), and
-  ``validate`` (each key's type, choices and checks; the rules between keys) raises ValueError naming every
-  problem.
+  its pure default (ImageNet's counts, the reference's v1.5 Variant), and
+  ``validate`` (each key's type, choices and checks; the rules between keys; ``validators``) raises ValueError
+  naming every problem.
   """
-  params = params_dict.ParamsDict(RESNET_CFG, validate, aliases=ALIASES)
+  params = params_dict.ParamsDict(RESNET_CFG, lambda values: validate(values, validators), aliases=ALIASES)
   for label, values in configs:
     with labelled_errors(label):
       logging.info('Params: applying %s', label)
@@ -437,7 +445,7 @@ def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
                                        else f'params override {source!r}'):
     logging.info('Params: applying %s', label or source)
     with labelled_errors(label):
-      params_dict.override_params_dict(params, source, is_strict=True, read_file=read_file)
+      override_syntax.override_params_dict(params, source, is_strict=True, read_file=read_file)
   for fill in fills:
     for key, value in fill(params.as_dict()).items():
       if params[key] is not None and type(value) is not type(params[key]):  # e.g. class_weights 'balanced' -> list
@@ -449,13 +457,12 @@ def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
 
 
 def pure_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
-  """What the params left unset mean when no file said otherwise: ImageNet's class and image counts, the
-  reference's v1.5 Variant, and eval_image_size = image_size (one place: every reader sees a number)."""
+  """What the params left unset mean when no file said otherwise: ImageNet's class and image counts and the
+  reference's v1.5 Variant. (An unset eval_image_size stays unset: ``resnet_preprocessing.image_size`` is the one
+  rule for which size a mode uses.)"""
   fills: Dict[str, Any] = {key: value for key, value in IMAGENET_COUNTS.items() if values[key] is None}
   fills.update({key: architectures.VARIANT_DEFAULTS[key] for key in architectures.VARIANT_PARAMS
                 if values[key] is None})
-  if values['eval_image_size'] is None:
-    fills['eval_image_size'] = values['image_size']
   return fills
 
 
@@ -482,23 +489,3 @@ def labelled_errors(label: Optional[str]) -> Iterator[None]:
     except TypeError:  # An exception type with a different constructor, e.g. UnicodeDecodeError.
       labelled = ValueError(f'{label}: {message}')
     raise labelled from e
-
-
-SMALL_DATA_IMAGES = 100_000
-IMAGENET_CROP_AREA = [0.08, 1.0]
-
-
-def recipe_advice(values: Mapping[str, Any]) -> Optional[str]:
-  """A warning for training from scratch on small data with ImageNet's recipe (8%-area crops, a 90-epoch stepwise
-  schedule), which fits small data badly, naming the configs made for it; None otherwise."""
-  images = values['num_train_images']
-  if (values['data_dir'] in (None, '', 'null', 'None') or images is None or images >= SMALL_DATA_IMAGES
-      or values['resnet_checkpoint'] or values['lr_schedule'] != 'stepwise'
-      or list(values['crop_area_range']) != IMAGENET_CROP_AREA):
-    return None
-  return (f'The training set has {images} images, but this run trains from scratch with the ImageNet recipe '
-          f'(crop_area_range={IMAGENET_CROP_AREA}, the stepwise 90-epoch schedule), which does much worse on small '
-          'data. From scratch: --config_file=small_data (ResNet-18, milder crops, cosine schedule). From ImageNet '
-          'weights: --config_file=flowers_finetune --resnet_checkpoint=<weights>. See README, "Your own data".')
-
-

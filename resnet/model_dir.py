@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from absl import logging
 import tensorflow as tf
 
-from params import params_dict
+from params import params_yaml
 from resnet import params_files
 from params import resnet_config
 from params import architectures
@@ -74,7 +74,7 @@ def check_and_record(params: Any, record: bool) -> None:
   if saved is not None:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')
     kept = os.path.join(model_dir, HISTORY_DIR, f'params-{stamp}.yaml')
-    files.atomic_write(kept, params_dict.params_to_yaml_string(saved))
+    files.atomic_write(kept, params_yaml.params_to_yaml_string(saved))
     logging.info('params changed since the last run (%s); previous params kept as %s.',
                  ', '.join(f'{k}: {old!r} -> {new!r}' for k, old, new in changed), kept)
   params_files.save_params(current, path)

@@ -11,16 +11,14 @@ from typing import Optional
 from absl import logging
 
 from params import params_dict
+from params import params_yaml
 from params import resnet_config
-
-
-def is_url(path: str) -> bool:
-  return '://' in path
+from resnet.estimator import files
 
 
 def read_text(path: str) -> Optional[str]:
-  """The file's text, or None when there is no such file (a ``params_dict.ReadFile``)."""
-  if is_url(path):
+  """The file's text, or None when there is no such file (a ``override_syntax.ReadFile``)."""
+  if files.is_url(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
       return None
@@ -37,19 +35,18 @@ def read_params(path: str) -> params_dict.ParamsDict:
   text = read_text(path)
   if text is None:
     raise FileNotFoundError(f'No params file at {path}.')
-  return params_dict.ParamsDict(params_dict.yaml_mapping(text, f'file {path!r}'))
+  return params_dict.ParamsDict(params_yaml.yaml_mapping(text, f'file {path!r}'))
 
 
 def save_params(params, path: str) -> None:
   """Writes ``params`` as YAML atomically (temp file, then rename)."""
-  from resnet.estimator import files  # pylint: disable=g-import-not-at-top; imports TensorFlow
-  files.atomic_write(path, params_dict.params_to_yaml_string(params))
+  files.atomic_write(path, params_yaml.params_to_yaml_string(params))
   logging.info('Wrote params to %s', path)
 
 
 def resolve_config_file(name: str) -> str:
   """``name`` itself when it is a URL or an existing file, else the matching file in params/configs/."""
-  if is_url(name) or os.path.isfile(name):
+  if files.is_url(name) or os.path.isfile(name):
     return name
   directory = resnet_config.CONFIG_DIR
   for candidate in (os.path.join(directory, name), os.path.join(directory, name + '.yaml')):

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from absl import flags
 
 from params import params_dict
+from params import override_syntax
 from params import resnet_config
 from resnet import params_files
 from params.resnet_config import PARAMS, RESNET_CFG
@@ -42,7 +43,7 @@ class _ListParser(flags.ArgumentParser):
   def parse(self, argument: Any) -> Any:
     if isinstance(argument, list) or argument in self.words:
       return argument
-    return [params_dict.parse_scalar(item.strip()) for item in str(argument).split(',') if item.strip()]
+    return [override_syntax.parse_scalar(item.strip()) for item in str(argument).split(',') if item.strip()]
 
   def flag_type(self) -> str:
     return 'list'
@@ -108,7 +109,7 @@ def given_param_keys(flag_values: flags.FlagValues = flags.FLAGS) -> List[str]:
   mode, so they are not the user asking for a param in this one)."""
   keys = list(explicit_param_flags(flag_values))
   for override in _flag_list(flag_values, 'params_override'):
-    keys += list(params_dict.parse_override_string(override, params_files.read_text))
+    keys += list(override_syntax.parse_override_string(override, params_files.read_text))
   return keys
 
 

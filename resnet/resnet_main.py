@@ -36,16 +36,15 @@ from absl import logging
 import tensorflow as tf
 
 from official_input import imagenet_input
+from official_input import resnet_preprocessing
 from params import params_dict
+from params import params_yaml
 from params import resnet_config
-from resnet.evaluation import class_names
-from resnet.evaluation import predictions as predictions_lib
 from resnet import determinism
-from resnet.training import lr_schedules
 from resnet import model_dir as model_dir_lib
 from resnet import resnet_flags
-from resnet.training import resnet_model_fn
 from resnet import run_lock
+from resnet import run_params
 from resnet.estimator import best_checkpoint as best_checkpoint_lib
 from resnet.estimator import checkpoints as checkpoints_lib
 from resnet.estimator import distribution
@@ -53,6 +52,10 @@ from resnet.estimator import files
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.estimator import Estimator, NoCheckpointError, TrainingInterrupted
 from resnet.estimator.run_config import RunConfig
+from resnet.evaluation import class_names
+from resnet.evaluation import predictions as predictions_lib
+from resnet.training import lr_schedules
+from resnet.training import resnet_model_fn
 
 FLAGS = flags.FLAGS
 resnet_flags.define_flags()
@@ -103,7 +106,7 @@ def evaluate(estimator: Estimator, params: Params) -> None:
 def predict(estimator: Estimator, params: Params) -> str:
   class_names.check_class_names_against_training(params)
   if params.predict_input:
-    source = imagenet_input.ImageFilesInput(params.predict_input, image_size=params.eval_image_size,
+    source = imagenet_input.ImageFilesInput(params.predict_input, image_size=resnet_preprocessing.image_size(params, training=False),
                                             dtype=tf.as_dtype(params.precision))
   else:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
@@ -170,7 +173,7 @@ def best_checkpoint(estimator: Estimator, params: Params) -> Optional[best_check
 def advise_on_recipe(params: Params) -> None:
   """Once per run: small data trained with the ImageNet recipe (its crop and 90-epoch stepwise schedule) does
   much worse than with the small-data or fine-tuning configs."""
-  advice = resnet_config.recipe_advice(params)
+  advice = run_params.recipe_advice(params)
   if advice:
     logging.warning('%s', advice)
 
@@ -264,7 +267,8 @@ def export(estimator: Estimator, params: Params,
 
     def assets(export_dir: str) -> None:
       serving_warmup.write_warmup_requests(export_dir, params.model_name, 'serving_default', 'input',
-                                           params.inference_batch_sizes, params.eval_image_size)
+                                           params.inference_batch_sizes,
+                                           resnet_preprocessing.image_size(params, training=False))
   weights = resnet_model_fn.averaged_weights(estimator.scope) if params.export_moving_average else None
   path = estimator.export_saved_model(params.export_dir, resnet_model_fn.serving_inputs(params),
                                       checkpoint_path=checkpoint, assets_extra_fn=assets, weights=weights)
@@ -274,7 +278,8 @@ def export(estimator: Estimator, params: Params,
 
     report = tflite_export.export_tflite(
         path, estimator.scope.get(resnet_model_fn.MODEL),
-        lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}), params.eval_image_size,
+        lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}),
+        resnet_preprocessing.image_size(params, training=False),
         params.precision, weights)
     print(f'Exported TFLite: {report.path} ({report.bytes / 1e6:.1f} MB, {report.ops} ops; max |probability '
           f'difference| {report.max_difference:.2g} vs its float32 weights, {report.saved_model_difference:.2g} vs '
@@ -358,11 +363,11 @@ def main(argv: Any) -> None:
   except (KeyError, ValueError) as e:
     sys.exit(f'error: {e.args[0] if isinstance(e, KeyError) and e.args else e}')
   if FLAGS.dump_params:
-    print(params_dict.params_to_yaml_string(params), end='')
+    print(params_yaml.params_to_yaml_string(params), end='')
     return
   if not params.model_dir:
     raise app.UsageError('--model_dir is required (checkpoints, summaries and params.yaml go there).')
-  logging.info('Effective params:\n%s', params_dict.params_to_yaml_string(params))
+  logging.info('Effective params:\n%s', params_yaml.params_to_yaml_string(params))
   mode = FLAGS.mode
   for unused in resnet_config.unused_in_mode(resnet_flags.given_param_keys(FLAGS), mode):
     logging.warning('%s: remove it, or run that mode.', unused)

@@ -20,6 +20,8 @@ from typing import Iterator
 
 from absl import logging
 
+from resnet.estimator import files
+
 LOCK_FILE = '.training.lock'
 
 
@@ -42,7 +44,7 @@ def _holder(fd: int) -> str:
 @contextlib.contextmanager
 def training_lock(model_dir: str) -> Iterator[None]:
   """Holds model_dir for this training run; ModelDirLocked (naming the other run) if another run holds it."""
-  if '://' in model_dir:
+  if files.is_url(model_dir):
     logging.warning('model_dir %s is not on a local or mounted file system: it cannot be locked. Make sure only '
                     'one training job writes to it (a second one would interleave its checkpoints).', model_dir)
     yield

@@ -4,7 +4,7 @@
 files: the class and image counts from ``data_dir/summary.json`` (a contradicting value is an error),
 ``class_weights=balanced`` from its per-class counts, and the ``Variant`` params (how the weights compute) from
 ``model_dir/params.yaml`` of a resumed run or from the warm-start weights (a foreign file's format, or our run's
-params.yaml).
+params.yaml). And the advice that needs the data: small data trained with the ImageNet recipe.
 """
 import contextlib
 import os
@@ -14,10 +14,13 @@ from absl import logging
 import tensorflow as tf
 
 from official_input import dataset_info
+from official_input import resnet_preprocessing
 from params import architectures
 from params import params_dict
 from params import resnet_config
 from resnet import params_files
+from resnet.estimator import files
+from resnet.training import mixing
 from resnet.weights import foreign_weights
 
 
@@ -36,7 +39,11 @@ def make_params(overrides: Union[None, resnet_config.Source, Sequence[resnet_con
       configs.append((f'{label} from {path}', params_files.read_params(path).as_dict()))
   fills = [data_defaults, _balanced] if fill_from_data else []
   return resnet_config.make_params(overrides, configs=configs, fills=fills + [variant_defaults],
-                                   read_file=params_files.read_text)
+                                   read_file=params_files.read_text, validators=VALIDATORS)
+
+
+# The components that take a group of params check their own ranges (one place for each range).
+VALIDATORS = (resnet_preprocessing.AugmentConfig.from_params, mixing.MixConfig.from_params)
 
 
 def _balanced(values: Mapping[str, Any]) -> Dict[str, Any]:
@@ -125,7 +132,7 @@ def _run_variant(directory: str) -> Dict[str, Any]:
   """The Variant params recorded in a run directory's params.yaml (none if it has none, or is unreachable)."""
   path = os.path.join(directory, 'params.yaml')
   with _unreachable_storage(path):
-    if '://' in path:
+    if files.is_url(path):
       exists = tf.io.gfile.exists(path)
     else:
       exists = os.path.isfile(path)
@@ -166,7 +173,7 @@ def _warm_start_variant(checkpoint: str) -> Tuple[str, Dict[str, Any]]:
 def _unreachable_storage(path: str) -> Iterator[None]:
   """Unreachable gs:// storage is a warning here: the Variant params keep their defaults, and the warm start (which
   checks the weights against the model) or the model_dir check names the problem when they read."""
-  if '://' not in path:
+  if not files.is_url(path):
     yield
     return
   try:
@@ -174,3 +181,22 @@ def _unreachable_storage(path: str) -> Iterator[None]:
   except tf.errors.OpError as e:
     logging.warning('Could not read %s (%s): stride_in_1x1, stem_pool_padding, ... are not read from it.', path,
                     e.message.splitlines()[0])
+
+
+SMALL_DATA_IMAGES = 100_000
+IMAGENET_CROP_AREA = [0.08, 1.0]
+
+
+def recipe_advice(values: Mapping[str, Any]) -> Optional[str]:
+  """A warning for training from scratch on small data with ImageNet's recipe (8%-area crops, a 90-epoch stepwise
+  schedule), which fits small data badly, naming the configs made for it; None otherwise."""
+  images = values['num_train_images']
+  if (dataset_info.is_synthetic(values['data_dir']) or images is None or images >= SMALL_DATA_IMAGES
+      or values['resnet_checkpoint'] or values['lr_schedule'] != 'stepwise'
+      or list(values['crop_area_range']) != IMAGENET_CROP_AREA):
+    return None
+  return (f'The training set has {images} images, but this run trains from scratch with the ImageNet recipe '
+          f'(crop_area_range={IMAGENET_CROP_AREA}, the stepwise 90-epoch schedule), which does much worse on small '
+          'data. From scratch: --config_file=small_data (ResNet-18, milder crops, cosine schedule). From ImageNet '
+          'weights: --config_file=flowers_finetune --resnet_checkpoint=<weights>. See docs/data.md, "Your own data: '
+          'which config".')

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from official_input import dataset_info
-from params import resnet_config
 from resnet import run_params
 from resnet.evaluation import class_metrics
 from resnet.evaluation import confusion_image
@@ -133,13 +132,13 @@ def test_class_weights_that_cannot_work_are_named(tmp_path, caplog):
 
 def test_small_data_with_the_imagenet_recipe_gets_advice(tmp_path):
   data_dir = _summary(tmp_path, {'cats': 900, 'dogs': 100})
-  advice = resnet_config.recipe_advice(run_params.make_params({'data_dir': data_dir}))
+  advice = run_params.recipe_advice(run_params.make_params({'data_dir': data_dir}))
   assert 'small_data' in advice and 'flowers_finetune' in advice and '1000 images' in advice
   small_data = run_params.make_params({'data_dir': data_dir}, config_files=['small_data'])
-  assert resnet_config.recipe_advice(small_data) is None
+  assert run_params.recipe_advice(small_data) is None
   fine_tuning = run_params.make_params({'data_dir': data_dir, 'resnet_checkpoint': '/w/ckpt'})
-  assert resnet_config.recipe_advice(fine_tuning) is None
-  assert resnet_config.recipe_advice(run_params.make_params({})) is None   # synthetic / ImageNet
+  assert run_params.recipe_advice(fine_tuning) is None
+  assert run_params.recipe_advice(run_params.make_params({})) is None   # synthetic / ImageNet
 
 
 # ------------------------------------------------------------------------------------------------ best checkpoint

@@ -11,6 +11,7 @@ import pytest
 from absl import flags
 from PIL import Image
 
+from tools import clean_images
 from tools import imagenet_to_gcs as conv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -294,9 +295,9 @@ def test_exif_orientation_is_applied_or_bytes_kept():
   exif[0x0112] = 6  # Rotate 90 degrees clockwise to display.
   buf = io.BytesIO()
   _noise(10, 20, 0).save(buf, 'JPEG', exif=exif)
-  rotated = conv.clean_image_bytes(buf.getvalue(), '.jpg')
+  rotated = clean_images.clean_image_bytes(buf.getvalue(), '.jpg')
   assert (rotated.height, rotated.width) == (20, 10) and 'EXIF orientation 6' in rotated.converted
-  kept = conv.clean_image_bytes(buf.getvalue(), '.jpg', apply_exif_orientation=False)
+  kept = clean_images.clean_image_bytes(buf.getvalue(), '.jpg', apply_exif_orientation=False)
   assert kept.encoded == buf.getvalue() and (kept.height, kept.width) == (10, 20)
 
 
@@ -405,7 +406,7 @@ def _decoded(data: bytes) -> np.ndarray:
 
 
 def test_max_image_side_shrinks_the_longer_side_and_keeps_the_aspect():
-  result = conv.clean_image_bytes(_jpeg(_halves(600, 300)), '.jpg', max_image_side=256)
+  result = clean_images.clean_image_bytes(_jpeg(_halves(600, 300)), '.jpg', max_image_side=256)
   assert (result.width, result.height) == (256, 128)
   image = _decoded(result.encoded)
   assert image.shape == (128, 256, 3)
@@ -416,19 +417,19 @@ def test_max_image_side_shrinks_the_longer_side_and_keeps_the_aspect():
 
 def test_images_within_max_image_side_keep_their_bytes_and_are_never_upscaled():
   data = _jpeg(_halves(100, 80))
-  result = conv.clean_image_bytes(data, '.jpg', max_image_side=256)
+  result = clean_images.clean_image_bytes(data, '.jpg', max_image_side=256)
   assert result.encoded == data and result.converted is None and (result.width, result.height) == (100, 80)
   exact = _jpeg(_halves(256, 200))
-  assert conv.clean_image_bytes(exact, '.jpg', max_image_side=256).encoded == exact
-  assert conv.clean_image_bytes(_jpeg(_halves(600, 300)), '.jpg', max_image_side=0).width == 600  # 0 = off.
+  assert clean_images.clean_image_bytes(exact, '.jpg', max_image_side=256).encoded == exact
+  assert clean_images.clean_image_bytes(_jpeg(_halves(600, 300)), '.jpg', max_image_side=0).width == 600  # 0 = off.
 
 
 def test_portrait_images_resize_by_their_height_including_exif_rotated_ones():
-  portrait = conv.clean_image_bytes(_jpeg(_halves(300, 600)), '.jpg', max_image_side=256)
+  portrait = clean_images.clean_image_bytes(_jpeg(_halves(300, 600)), '.jpg', max_image_side=256)
   assert (portrait.width, portrait.height) == (128, 256)
   exif = Image.Exif()
   exif[0x0112] = 6  # Stored landscape 600x300, displayed turned 90 degrees clockwise: portrait 300x600.
-  rotated = conv.clean_image_bytes(_jpeg(_halves(600, 300), exif=exif), '.jpg', max_image_side=256)
+  rotated = clean_images.clean_image_bytes(_jpeg(_halves(600, 300), exif=exif), '.jpg', max_image_side=256)
   assert (rotated.width, rotated.height) == (128, 256)
   image = _decoded(rotated.encoded)
   assert image.shape == (256, 128, 3)
@@ -441,7 +442,7 @@ def test_portrait_images_resize_by_their_height_including_exif_rotated_ones():
 def test_large_png_is_resized_too():
   buf = io.BytesIO()
   _halves(90, 300).save(buf, 'PNG')
-  result = conv.clean_image_bytes(buf.getvalue(), '.png', max_image_side=60)
+  result = clean_images.clean_image_bytes(buf.getvalue(), '.png', max_image_side=60)
   assert (result.width, result.height) == (18, 60)
   assert _decoded(result.encoded).shape == (60, 18, 3)
 

@@ -2,7 +2,8 @@
 
 - ``resnet/estimator/`` (the runner) is model-agnostic: it imports nothing of the application, params, the input
   pipeline or the tools; and only the application (``resnet/``, ``tools/``) imports it.
-- ``params/`` is pure: it imports nothing of ``resnet/`` or ``official_input/``, nor TensorFlow.
+- ``params/`` is pure: it imports nothing of ``resnet/`` or ``official_input/``, nor TensorFlow, and reads and writes
+  no files.
 - ``official_input/`` imports nothing of ``resnet/`` or ``params/``: it reads the runner's input context by duck
   typing (``official_input/contract.py``).
 - No import cycles anywhere.
@@ -10,6 +11,7 @@
 import ast
 import glob
 import os
+import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ('resnet', 'official_input', 'params', 'tools')
@@ -128,3 +130,15 @@ def test_no_module_imports_itself_through_others():
 
 def test_the_cycle_check_sees_a_cycle():
   assert _cycle({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': set()}) == ['a', 'b', 'c', 'a']
+
+
+FILE_ACCESS = re.compile(r'\bopen\(|os\.(listdir|walk|scandir|remove|rename|makedirs)\b|os\.path\.(isfile|isdir|exists)\b'
+                         r'|\bgfile\b|\bshutil\b')
+
+
+def test_params_reads_and_writes_no_files():
+  """params/ is the table, the syntaxes and validation; the program shell reads and writes the files."""
+  offending = [f'{os.path.relpath(p, ROOT)}: {m.group(0)}' for p in glob.glob(os.path.join(ROOT, 'params', '*.py'))
+               for m in FILE_ACCESS.finditer(open(p, encoding='utf-8').read())]
+  assert offending == []
+  assert FILE_ACCESS.search('with open(path) as f:') and FILE_ACCESS.search('os.path.isfile(x)')

@@ -10,7 +10,8 @@ import sys
 import pytest
 import yaml
 
-from params import params_dict as pd
+from params import override_syntax
+from params import params_yaml
 from resnet import params_files
 from params.params_dict import ParamsDict
 from resnet import run_params
@@ -212,7 +213,7 @@ def test_lock_refuses_set_override_and_delete_naming_the_key(params):
   with pytest.raises(ValueError, match="locked; cannot override 'n'"):
     params.n = {'x': 3}
   with pytest.raises(ValueError, match='locked'):
-    pd.override_params_dict(params, 'a=2', is_strict=True)
+    override_syntax.override_params_dict(params, 'a=2', is_strict=True)
   assert params.a == 1 and params.n == BASE['n'] and params.d == 'hello'
 
 
@@ -287,21 +288,21 @@ def test_the_validator_survives_pickle_and_lock():
     ('none=1_000', 'none', 1000),
 ])
 def test_csv_override_syntax(params, override, key, expected):
-  pd.override_params_dict(params, override, is_strict=True)
+  override_syntax.override_params_dict(params, override, is_strict=True)
   assert params[key] == expected
   assert type(params[key]) is type(expected)  # pylint: disable=unidiomatic-typecheck
 
 
 def test_csv_dotted_names_nest_into_a_dict_value(params):
-  pd.override_params_dict(params, 'n.x=5,n.y.z=w,a=3', is_strict=True)
+  override_syntax.override_params_dict(params, 'n.x=5,n.y.z=w,a=3', is_strict=True)
   assert params.n == {'x': 5, 'y': {'z': 'w'}} and params.a == 3
 
 
 def test_nested_csv_str_to_json_str_gives_json():
-  text = pd.nested_csv_str_to_json_str("a=1, n.x=1e-4, n.y.z='hi, there', c=[1,2], p=gs://b/x, e=false, d=")
+  text = override_syntax.nested_csv_str_to_json_str("a=1, n.x=1e-4, n.y.z='hi, there', c=[1,2], p=gs://b/x, e=false, d=")
   assert json.loads(text) == {'a': 1, 'n': {'x': 1e-4, 'y': {'z': 'hi, there'}}, 'c': [1, 2], 'p': 'gs://b/x',
                               'e': False, 'd': None}
-  assert pd.nested_csv_str_to_json_str('') == ''
+  assert override_syntax.nested_csv_str_to_json_str('') == ''
 
 
 @pytest.mark.parametrize('csv,bad_part', [
@@ -319,32 +320,32 @@ def test_nested_csv_str_to_json_str_gives_json():
 ])
 def test_malformed_csv_names_the_bad_part(csv, bad_part):
   with pytest.raises(ValueError, match=bad_part):
-    pd.nested_csv_str_to_json_str(csv)
+    override_syntax.nested_csv_str_to_json_str(csv)
 
 
 def test_unquoted_comma_value_error_suggests_quoting():
   params = ParamsDict(RESNET_CFG)
   with pytest.raises(ValueError) as info:
-    pd.override_params_dict(params, 'dropblock_groups=3,4', is_strict=True)
+    override_syntax.override_params_dict(params, 'dropblock_groups=3,4', is_strict=True)
   message = str(info.value)
   assert "'4'" in message and "dropblock_groups='3,4'" in message
   assert 'neither valid k=v CSV' in message and 'nor an existing file' in message
-  pd.override_params_dict(params, "dropblock_groups='3,4'", is_strict=True)
+  override_syntax.override_params_dict(params, "dropblock_groups='3,4'", is_strict=True)
   assert params.dropblock_groups == '3,4'
 
 
 def test_csv_override_is_type_checked():
   params = ParamsDict(RESNET_CFG)
   with pytest.raises(ValueError, match=r"'train_steps' expects int .* got str 'abc'"):
-    pd.override_params_dict(params, 'train_steps=abc', is_strict=True)
+    override_syntax.override_params_dict(params, 'train_steps=abc', is_strict=True)
   with pytest.raises(ValueError, match=r"'use_cache' expects bool .* got int 1"):
-    pd.override_params_dict(params, 'use_cache=1', is_strict=True)
+    override_syntax.override_params_dict(params, 'use_cache=1', is_strict=True)
 
 
 def test_csv_unknown_key_strict_and_non_strict(params):
   with pytest.raises(KeyError, match="Unknown param 'zz'"):
-    pd.override_params_dict(params, 'zz=1', is_strict=True)
-  pd.override_params_dict(params, 'zz=1', is_strict=False)
+    override_syntax.override_params_dict(params, 'zz=1', is_strict=True)
+  override_syntax.override_params_dict(params, 'zz=1', is_strict=False)
   assert params.zz == 1
 
 
@@ -352,21 +353,21 @@ def test_csv_unknown_key_strict_and_non_strict(params):
 
 
 def test_yaml_string_override(params):
-  pd.override_params_dict(params, 'a: 5\nn:\n  x: 7\nb: 1e-4', is_strict=True)
+  override_syntax.override_params_dict(params, 'a: 5\nn:\n  x: 7\nb: 1e-4', is_strict=True)
   assert params.a == 5 and params.n == {'x': 7} and params.b == 1e-4
 
 
 def test_flow_yaml_and_json_string_overrides(params):
-  pd.override_params_dict(params, '{a: 5, n: {x: 7}}', is_strict=True)
+  override_syntax.override_params_dict(params, '{a: 5, n: {x: 7}}', is_strict=True)
   assert params.a == 5 and params.n == {'x': 7}
-  pd.override_params_dict(params, '{"a": 6, "d": "j", "none": null}', is_strict=True)
+  override_syntax.override_params_dict(params, '{"a": 6, "d": "j", "none": null}', is_strict=True)
   assert params.a == 6 and params.d == 'j' and params.none is None
 
 
 def test_yaml_file_override_reads_exponent_floats_as_floats(params, tmp_path):
   path = tmp_path / 'override.yaml'
   path.write_text('b: 1e-4\nn:\n  x: 9\nnone: -1.e-3\n')
-  pd.override_params_dict(params, str(path), is_strict=True, read_file=params_files.read_text)
+  override_syntax.override_params_dict(params, str(path), is_strict=True, read_file=params_files.read_text)
   assert params.b == 1e-4 and isinstance(params.b, float)  # The reference's FullLoader gave the string '1e-4'.
   assert params.n == {'x': 9} and params.none == -1e-3
 
@@ -375,37 +376,37 @@ def test_yaml_file_override_is_strict(params, tmp_path):
   path = tmp_path / 'override.yaml'
   path.write_text('aa: 1\n')
   with pytest.raises(KeyError, match="Unknown param 'aa'. Did you mean: a"):
-    pd.override_params_dict(params, str(path), is_strict=True, read_file=params_files.read_text)
+    override_syntax.override_params_dict(params, str(path), is_strict=True, read_file=params_files.read_text)
 
 
 def test_missing_file_error_lists_what_the_string_is_not(params):
   with pytest.raises(ValueError, match=r"'/no/such/params\.yaml' is neither valid k=v CSV .*nor a YAML/JSON "
                      r'mapping .*nor an existing file'):
-    pd.override_params_dict(params, '/no/such/params.yaml', is_strict=True, read_file=params_files.read_text)
+    override_syntax.override_params_dict(params, '/no/such/params.yaml', is_strict=True, read_file=params_files.read_text)
 
 
 def test_yaml_file_that_is_not_a_mapping_is_refused(params, tmp_path):
   path = tmp_path / 'list.yaml'
   path.write_text('- 1\n- 2\n')
   with pytest.raises(ValueError, match='must hold a mapping'):
-    pd.override_params_dict(params, str(path), is_strict=True, read_file=params_files.read_text)
+    override_syntax.override_params_dict(params, str(path), is_strict=True, read_file=params_files.read_text)
 
 
 @pytest.mark.parametrize('empty', [None, '', {}, '   '])
 def test_empty_override_is_a_no_op(params, empty):
-  pd.override_params_dict(params, empty, is_strict=True)
+  override_syntax.override_params_dict(params, empty, is_strict=True)
   assert params == BASE
 
 
 def test_dict_and_params_dict_overrides(params):
-  pd.override_params_dict(params, {'a': 2}, is_strict=True)
-  pd.override_params_dict(params, ParamsDict({'d': 'p'}), is_strict=True)
+  override_syntax.override_params_dict(params, {'a': 2}, is_strict=True)
+  override_syntax.override_params_dict(params, ParamsDict({'d': 'p'}), is_strict=True)
   assert params.a == 2 and params.d == 'p'
 
 
 def test_other_override_types_are_refused(params):
   with pytest.raises(ValueError, match='Cannot override params from a list'):
-    pd.override_params_dict(params, [('a', 1)], is_strict=True)
+    override_syntax.override_params_dict(params, [('a', 1)], is_strict=True)
 
 
 _EVIL = "!!python/object/apply:os.system ['touch {marker}']"
@@ -416,7 +417,7 @@ def test_python_object_tag_in_yaml_string_is_refused_without_running(params, tmp
   for text in (_EVIL.format(marker=marker), 'a: ' + _EVIL.format(marker=marker),
                'd=' + _EVIL.format(marker=marker)):
     with pytest.raises(ValueError, match='Refusing to read .*python/object/apply:os.system'):
-      pd.override_params_dict(params, text, is_strict=True)
+      override_syntax.override_params_dict(params, text, is_strict=True)
   assert not marker.exists()
 
 
@@ -425,15 +426,15 @@ def test_python_object_tag_in_yaml_file_is_refused_without_running(tmp_path):
   path = tmp_path / 'evil.yaml'
   path.write_text('a: ' + _EVIL.format(marker=marker) + '\n')
   with pytest.raises(ValueError, match='Refusing to read file'):
-    pd.override_params_dict(ParamsDict(BASE), str(path), is_strict=True, read_file=params_files.read_text)
+    override_syntax.override_params_dict(ParamsDict(BASE), str(path), is_strict=True, read_file=params_files.read_text)
   with pytest.raises(ValueError, match='Refusing'):
     params_files.read_params(str(path))
   assert not marker.exists()
 
 
 def test_float_resolver_is_not_registered_globally():
-  assert pd.ParamsYamlLoader is not yaml.SafeLoader
-  assert yaml.load('a: 1e-4', Loader=pd.ParamsYamlLoader) == {'a': 1e-4}
+  assert params_yaml.ParamsYamlLoader is not yaml.SafeLoader
+  assert yaml.load('a: 1e-4', Loader=params_yaml.ParamsYamlLoader) == {'a': 1e-4}
   assert yaml.safe_load('a: 1e-4') == {'a': '1e-4'}  # PyYAML's own SafeLoader is untouched.
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from official_input import resnet_preprocessing
 from resnet.training import resnet_model_fn
 from resnet.export import tflite_export
 from tests.helpers import tiny
@@ -72,7 +73,8 @@ def test_mixup_and_cutmix_change_the_update_and_stay_seeded(tmp_path):
 
 def test_eval_image_size_sets_eval_input_and_export_but_not_training(tmp_path):
   params = tiny.resnet_params(tmp_path, image_size=32, eval_image_size=48)
-  assert tiny.resnet_params(tmp_path / 'b', image_size=40)['eval_image_size'] == 40  # unset = image_size
+  unset = tiny.resnet_params(tmp_path / 'b', image_size=40)
+  assert resnet_preprocessing.image_size(unset, training=False) == 40  # unset = image_size
   from official_input import imagenet_input  # pylint: disable=import-outside-toplevel
   assert imagenet_input.ImageNetInput.from_params(params, 'train').image_size == 32
   assert imagenet_input.ImageNetInput.from_params(params, 'validation').image_size == 48

@@ -14,10 +14,8 @@ from params import architectures
 from resnet import resnet_flags as rf
 
 # What params_from_flags gives with no data_dir: the defaults, with the data-dependent counts set to ImageNet's.
-# The defaults as a run sees them: ImageNet's counts without data, eval at the training size unless set, the
-# reference's v1.5 without warm-start weights.
-DEFAULTS = dict(RESNET_CFG, **resnet_config.IMAGENET_COUNTS, eval_image_size=RESNET_CFG['image_size'],
-                **architectures.VARIANT_DEFAULTS)
+# The defaults as a run sees them: ImageNet's counts without data, the reference's v1.5 without warm-start weights.
+DEFAULTS = dict(RESNET_CFG, **resnet_config.IMAGENET_COUNTS, **architectures.VARIANT_DEFAULTS)
 
 
 def _flags(*args: str) -> flags.FlagValues:
@@ -317,7 +315,7 @@ def test_the_five_configs_are_shipped():
 def test_config_passes_strict_override_and_validate(path):
   params = run_params.make_params(config_files=[path])
   config = params_files.read_params(path).as_dict()
-  assert params == {**DEFAULTS, 'eval_image_size': config.get('image_size', DEFAULTS['image_size']), **config}
+  assert params == {**DEFAULTS, **config}
   assert _params(f'--config_file={path}') == params
 
 
@@ -427,3 +425,12 @@ def test_the_cli_warns_about_a_param_its_mode_ignores(tmp_path):
 def test_the_params_table_offers_the_runners_strategies():
   from resnet.estimator import run_config  # pylint: disable=import-outside-toplevel
   assert resnet_config.STRATEGIES == run_config.STRATEGIES
+
+
+@pytest.mark.parametrize('override,message', [
+    ({'mix_prob': 1.5}, 'mix_prob must be in'), ({'randaug_magnitude': 31}, 'randaug_magnitude must be in 0..30'),
+    ({'crop_area_range': [0.5, 0.2]}, 'crop_area_range must satisfy'), ({'mixup_alpha': -1.0}, 'mixup_alpha must be')])
+def test_each_range_is_checked_once_by_the_component_that_takes_it(override, message):
+  with pytest.raises(ValueError, match=message):
+    run_params.make_params(override, fill_from_data=False)
+  resnet_config.make_params(override)   # the table itself does not repeat the component's check

@@ -212,7 +212,6 @@ def test_augment_config_from_params_accepts_lists_and_fills_defaults():
                                  random_flip=False, augment_name='randaugment', randaug_num_layers=2,
                                  randaug_magnitude=9)
   assert rp.AugmentConfig.from_params({}) == rp.AugmentConfig()
-  assert rp.AugmentConfig.from_params({'min_crop_area': 0.2}).crop_area_range == (0.2, 1.0)
   assert rp.AugmentConfig.from_params({'augment_name': ''}).augment_name is None
   with pytest.raises(ValueError, match='crop_area_range'):
     rp.AugmentConfig.from_params({'crop_area_range': [0.5, 0.2]})

@@ -117,7 +117,8 @@ def read_config(config_file: str) -> Mapping[str, Any]:
 
 def read_summary(data_dir: str) -> Dict[str, int]:
   """Class count and split sizes from the converter's summary.json; a clear error when it is missing."""
-  path = os.path.join(data_dir, 'summary.json')
+  from official_input import dataset_layout  # pylint: disable=g-import-not-at-top
+  path = os.path.join(data_dir, dataset_layout.SUMMARY_FILE)
   if not os.path.isfile(path):
     raise FileNotFoundError(f'{path} not found: --data_dir must hold the output of `python -m tools.imagenet_to_gcs` '
                             '(train-*, validation-* and summary.json), or leave --data_dir unset to draw the demo '

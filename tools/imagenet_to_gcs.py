@@ -30,19 +30,14 @@ Resizing (--max_image_side=N, default 0 = off): images whose longer side exceeds
 the trainer crops and resizes to ~224 px anyway, and a 12-megapixel phone photo has ~60x the pixels of a 512 px one, so
 full-size photos make the input pipeline, not the accelerator, the bottleneck of every epoch.
 """
-import collections
-import contextlib
 import hashlib
-import io
-import itertools
 import json
-import multiprocessing
 import os
 import random
 import re
 import sys
 import time
-from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -51,179 +46,19 @@ from absl import logging
 if __package__ in (None, ''):  # Run as a script (like the reference): make the repository's packages importable.
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from official_input.dataset_layout import LABELS_FILE, SUMMARY_FILE  # pylint: disable=g-import-not-at-top
+from tools import clean_images  # pylint: disable=g-import-not-at-top
+
 SPLITS = ('train', 'validation', 'test')
-# Re-encoding quality (conversions and resizes): at 95 the re-encoding error is far below what the training
-# crop/resize changes, while a 512 px photo stays ~100-200 KB; decode cost depends on pixels, not on quality.
-JPEG_QUALITY = 95
 # Auto shard count: about one shard per this many source bytes, capped like the reference (1024/128) and at the
 # image count, so ImageNet gets 1024 train shards and a 200 MB folder gets one or two per split.
 TARGET_SHARD_BYTES = 100 * 1024 * 1024
 MAX_AUTO_SHARDS = {'train': 1024, 'validation': 128, 'test': 128}
 TMP_PREFIX = '.tmp-'
-LABELS_FILE = 'labels.txt'
-SUMMARY_FILE = 'summary.json'
 SYNSET_LABELS_FILE = 'synset_labels.txt'
 _SHARD_RE = re.compile(r'^(train|validation|test)-\d{5}-of-\d{5}$')
 _SPLIT_DIRS = {'train': 'train', 'val': 'validation', 'validation': 'validation', 'test': 'test'}
-_EXT_FORMATS = {'.jpg': 'JPEG', '.jpeg': 'JPEG', '.jpe': 'JPEG', '.jfif': 'JPEG', '.png': 'PNG', '.gif': 'GIF',
-                '.bmp': 'BMP', '.webp': 'WEBP', '.tif': 'TIFF', '.tiff': 'TIFF'}
-_EXIF_ORIENTATION = 0x0112
-_FILES_PER_TASK = 16  # Paths per worker task: amortises inter-process overhead, keeps results ordered.
-# EXIF orientation -> the transpose that makes the image upright (the table ImageOps.exif_transpose uses). Applied
-# by hand so that it can follow a resize without depending on EXIF metadata surviving the resize.
-_ORIENTATION_TRANSPOSE = {2: 'FLIP_LEFT_RIGHT', 3: 'ROTATE_180', 4: 'FLIP_TOP_BOTTOM', 5: 'TRANSPOSE',
-                          6: 'ROTATE_270', 7: 'TRANSVERSE', 8: 'ROTATE_90'}
-# Resizing keeps at least this factor above the target size before the final LANCZOS pass: JPEGs are decoded at a
-# DCT-scaled 1/2, 1/4 or 1/8 size (Image.draft, which skips most of the decode work) and other formats are
-# box-reduced by an integer factor (Image.reduce). Pillow documents a gap >= 3 as indistinguishable from a full
-# LANCZOS resample in most cases; the cost is a fraction of the decode either way.
-RESIZE_REDUCING_GAP = 3.0
 _HASH_CHUNK_BYTES = 4 * 1024 * 1024
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Image cleaning: Pillow/numpy only. This section runs in worker processes, so it must not import TensorFlow.
-
-
-class CleanedImage(NamedTuple):
-  """What a worker returns for one file: JPEG bytes and size, or why the file was skipped."""
-  encoded: Optional[bytes]
-  height: int = 0
-  width: int = 0
-  converted: Optional[str] = None  # Why it was re-encoded (e.g. 'PNG/RGBA'); None when the bytes are original.
-  error: Optional[str] = None
-
-
-def _to_rgb(img: Any) -> Any:
-  """Converts any Pillow mode to 8-bit RGB; 16-bit and float data are rescaled, not clipped."""
-  from PIL import Image
-  mode = img.mode
-  if mode == 'RGB':
-    return img
-  if mode.startswith('I') or mode == 'F':
-    import numpy as np
-    arr = np.nan_to_num(np.asarray(img, dtype=np.float64))
-    if mode == 'F':
-      scale = 255.0 if arr.max() <= 1.0 else 1.0
-    else:  # 'I;16*' is 16-bit; 32-bit 'I' is treated as 16-bit when values exceed 8 bits.
-      scale = 1.0 / 257.0 if mode.startswith('I;16') or arr.max() > 255 else 1.0
-    gray = np.clip(arr * scale + 0.5, 0, 255).astype(np.uint8)
-    return Image.fromarray(gray).convert('RGB')
-  if mode in ('RGBA', 'LA', 'PA', 'RGBa', 'La') or 'transparency' in img.info:
-    rgba = img.convert('RGBA')
-    background = Image.new('RGBA', rgba.size, (255, 255, 255, 255))
-    return Image.alpha_composite(background, rgba).convert('RGB')
-  return img.convert('RGB')  # CMYK (Adobe-inverted handled by Pillow), L, P, 1, YCbCr, LAB, HSV.
-
-
-def resized_size(width: int, height: int, max_image_side: int) -> Optional[Tuple[int, int]]:
-  """(width, height) with the longer side max_image_side and the aspect kept; None when no resize is due.
-
-  None for max_image_side <= 0 (off) and for images already within it: never upscales.
-  """
-  longer = max(width, height)
-  if max_image_side <= 0 or longer <= max_image_side:
-    return None
-  scale = max_image_side / longer
-  return (max_image_side if width == longer else max(1, round(width * scale)),
-          max_image_side if height == longer else max(1, round(height * scale)))
-
-
-def clean_image_bytes(data: bytes, extension: str = '', apply_exif_orientation: bool = True,
-                      max_image_side: int = 0) -> CleanedImage:
-  """Returns the image as RGB JPEG bytes: the original bytes when they already are one, else re-encoded.
-
-  The format is detected from the content; ``extension`` (e.g. '.jpg') only labels misnamed files in the reason.
-  With max_image_side > 0, images whose longer side exceeds it are resized (LANCZOS) to that longer side and
-  re-encoded. Raises on unreadable data (the caller turns that into a skip).
-  """
-  from PIL import Image
-  img = Image.open(io.BytesIO(data))
-  fmt = img.format or 'unknown'
-  width, height = img.size
-  orientation = 1
-  if apply_exif_orientation:
-    try:
-      orientation = int(img.getexif().get(_EXIF_ORIENTATION, 1) or 1)
-    except Exception:  # pylint: disable=broad-except  # A broken EXIF block is not a broken image.
-      orientation = 1
-  rotate = orientation in range(2, 9)
-  # The longer side is the same upright or not, so the stored size decides; resizing happens in stored
-  # orientation and the (exact) transpose follows, which gives the same pixels as rotating first, on fewer pixels.
-  size = resized_size(width, height, max_image_side)
-  if fmt == 'JPEG' and img.mode == 'RGB' and not rotate and size is None:
-    img.draft('RGB', (max(1, width // 8), max(1, height // 8)))  # DCT-scaled decode: still reads every byte.
-    img.load()
-    return CleanedImage(data, height, width)
-  box = None
-  if size:  # JPEG only (None elsewhere): decode at the smallest DCT scale still RESIZE_REDUCING_GAP x the target.
-    box = img.draft(None, (int(size[0] * RESIZE_REDUCING_GAP), int(size[1] * RESIZE_REDUCING_GAP)))
-    box = box[1] if box else None
-  img.load()
-  reason = f'{fmt}/{img.mode}'
-  expected = _EXT_FORMATS.get(extension.lower())
-  if expected and expected != ('JPEG' if fmt == 'MPO' else fmt):  # MPO: multi-picture JPEG from cameras.
-    reason += f' named {extension}'
-  rgb = _to_rgb(img)
-  if size:
-    rgb = rgb.resize(size, Image.Resampling.LANCZOS, box=box, reducing_gap=RESIZE_REDUCING_GAP)
-    reason += f' resized to max side {max_image_side}'
-  if rotate:
-    rgb = rgb.transpose(Image.Transpose[_ORIENTATION_TRANSPOSE[orientation]])
-    reason += f' EXIF orientation {orientation}'
-  out = io.BytesIO()
-  rgb.save(out, 'JPEG', quality=JPEG_QUALITY)
-  return CleanedImage(out.getvalue(), rgb.height, rgb.width, converted=reason)
-
-
-def clean_image_file(path: str, apply_exif_orientation: bool = True, max_image_side: int = 0) -> CleanedImage:
-  """clean_image_bytes for a file; any failure becomes a CleanedImage with ``error`` set, never an exception."""
-  try:
-    with open(path, 'rb') as f:
-      data = f.read()
-    if not data:
-      return CleanedImage(None, error='empty file')
-    return clean_image_bytes(data, os.path.splitext(path)[1], apply_exif_orientation, max_image_side)
-  except Exception as e:  # pylint: disable=broad-except  # One bad file must never stop the run.
-    name = type(e).__name__
-    if name == 'UnidentifiedImageError':
-      return CleanedImage(None, error='not an image Pillow can read')
-    return CleanedImage(None, error=f'{name}: {e}')
-
-
-def _clean_chunk(paths: Sequence[str], apply_exif_orientation: bool, max_image_side: int) -> List[CleanedImage]:
-  return [clean_image_file(p, apply_exif_orientation, max_image_side) for p in paths]
-
-
-@contextlib.contextmanager
-def _cleaned_images(paths: Sequence[str], apply_exif_orientation: bool, num_workers: int,
-                    max_image_side: int = 0) -> Iterator[Iterator[CleanedImage]]:
-  """Yields an iterator of cleaned images in input order, from a 'spawn' pool with bounded tasks in flight.
-
-  The pool starts on entry (so workers boot while the parent imports TensorFlow) and is terminated on exit. The
-  bound keeps memory flat when workers outrun the writer; 'spawn' keeps TensorFlow (imported by the parent) out of
-  the workers and behaves the same on Linux, macOS and Windows.
-  """
-  chunks = [paths[i:i + _FILES_PER_TASK] for i in range(0, len(paths), _FILES_PER_TASK)]
-  num_workers = min(num_workers, len(chunks))
-  if num_workers <= 1:
-    yield (image for chunk in chunks for image in _clean_chunk(chunk, apply_exif_orientation, max_image_side))
-    return
-  with multiprocessing.get_context('spawn').Pool(num_workers) as pool:
-    todo = iter(chunks)
-    pending: Deque[Any] = collections.deque(
-        pool.apply_async(_clean_chunk, (chunk, apply_exif_orientation, max_image_side))
-        for chunk in itertools.islice(todo, 4 * num_workers))
-
-    def ordered() -> Iterator[CleanedImage]:
-      while pending:
-        results = pending.popleft().get()
-        chunk = next(todo, None)
-        if chunk is not None:
-          pending.append(pool.apply_async(_clean_chunk, (chunk, apply_exif_orientation, max_image_side)))
-        yield from results
-
-    yield ordered()
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -492,7 +327,7 @@ def _new_summary(plan: Plan, raw_data_dir: str, output_dir: str, ratios: Sequenc
       'output_dir': output_dir,
       'split_ratios': dict(zip(SPLITS, ratios)) if plan.layout == 'class_folders' else None,
       'seed': seed,
-      'jpeg_quality': JPEG_QUALITY,
+      'jpeg_quality': clean_images.JPEG_QUALITY,
       'num_classes': len(plan.class_names),
       'labels': {name: i + 1 for i, name in enumerate(plan.class_names)},
       'splits': {s: {'images': 0, 'shards': [], 'per_class': {c: 0 for c in plan.class_names}} for s in SPLITS},
@@ -508,7 +343,7 @@ def _write_shards(shards: List[Tuple[str, int, int, List[Item]]], output_dir: st
                   max_image_side: int = 0) -> None:
   """Streams cleaned images from the workers into the shards, in plan order."""
   paths = [item.path for _, _, _, items in shards for item in items]
-  with _cleaned_images(paths, apply_exif_orientation, num_workers, max_image_side) as results:
+  with clean_images.cleaned_images(paths, apply_exif_orientation, num_workers, max_image_side) as results:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import  # Lazy, while the workers boot.
     done, last_log, start = 0, time.time(), time.time()
     for split, index, num, items in shards:
@@ -520,7 +355,7 @@ def _write_shards(shards: List[Tuple[str, int, int, List[Item]]], output_dir: st
                      len(paths), done / max(1e-9, time.time() - start))
 
 
-def _write_shard(path: str, split: str, items: List[Item], results: Iterator[CleanedImage], labels: Dict[str, int],
+def _write_shard(path: str, split: str, items: List[Item], results: Iterator[clean_images.CleanedImage], labels: Dict[str, int],
                  summary: Dict[str, Any]) -> None:
   """Writes one shard under a .tmp- name and renames it when complete; a failure leaves no shard behind."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Lazy: keeps --help and the workers TF-free.
@@ -684,7 +519,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                        '--gcs_output_path) instead of refusing a non-empty output dir.', flag_values=fv)
   flags.DEFINE_integer('max_image_side', 0, 'Shrink images whose longer side exceeds this many pixels to that '
                        'longer side (aspect kept, LANCZOS, re-encoded as JPEG quality %d); smaller images keep their '
-                       'bytes. 0 keeps every size. E.g. 512 for phone photos trained at 224 px.' % JPEG_QUALITY,
+                       'bytes. 0 keeps every size. E.g. 512 for phone photos trained at 224 px.' % clean_images.JPEG_QUALITY,
                        lower_bound=0, flag_values=fv)
   flags.DEFINE_boolean('exif_orientation', True, 'Rotate images with an EXIF orientation upright (re-encoding '
                        'them); off keeps such JPEGs byte-for-byte, as the reference did.', flag_values=fv)

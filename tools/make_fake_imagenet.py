@@ -23,9 +23,10 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
+from official_input import dataset_layout
 from official_input import example_schema
 
-LABELS_FILE = 'labels.txt'
+LABELS_FILE = dataset_layout.LABELS_FILE
 SPLITS = ('train', 'validation', 'test')
 
 

@@ -12,7 +12,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 import numpy as np
@@ -289,42 +289,53 @@ class Estimator:
     """
     path = self._load_weights(ModeKeys.EVAL, checkpoint_path, 'evaluate')
     dataset = self.distribute(input_fn, ModeKeys.EVAL)
+    for hook in hooks:
+      hook.begin(self, name)
+    start = time.time()
+    with (weights() if weights else contextlib.nullcontext()):
+      totals, sums = self._accumulate(dataset, hooks)
+    results: Dict[str, Any] = {k: s / w if w else float('nan') for k, (s, w) in totals.items()}
+    results.update(global_step=int(self.global_step.numpy()), checkpoint=path or '', seconds=time.time() - start,
+                   num_examples=int(max(w for _, w in totals.values())))
+    return self._publish(name, results, {k: results[k] for k in totals}, sums, hooks)
+
+  def _accumulate(self, dataset, hooks: Sequence[hooks_lib.EvalHook]
+                  ) -> Tuple[Dict[str, List[float]], Dict[str, np.ndarray]]:
+    """Runs the compiled eval step over the whole dataset: per metric [sum, weight], and the float64 sums
+    (exact counts past 2**24) the hooks asked for; the hooks see each batch's per-example outputs."""
     spec_key = repr(dataset.element_spec)  # one compiled step per input signature (another split, another spec)
     if spec_key not in self._eval_steps:
       self._eval_steps[spec_key] = loops.eval_step(self.strategy, self.replica_fns.eval(), dataset.element_spec)
     eval_step = self._eval_steps[spec_key]
-    for hook in hooks:
-      hook.begin(self, name)
-    start = time.time()
     totals: Dict[str, List[float]] = {}
     sums: Dict[str, np.ndarray] = {}
-    with (weights() if weights else contextlib.nullcontext()):
-      for element in dataset:
-        metrics, batch_sums, examples = eval_step(element)
-        for key, (s, w) in metrics.items():
-          acc = totals.setdefault(key, [0.0, 0.0])
-          acc[0] += float(s)
-          acc[1] += float(w)
-        for key, value in batch_sums.items():  # float64 on the host: exact counts past 2**24
-          value = value.numpy().astype(np.float64)
-          sums[key] = sums[key] + value if key in sums else value
-        if hooks:
-          batch = self._local_examples(examples)
-          for hook in hooks:
-            hook.after_batch(batch)
+    for element in dataset:
+      metrics, batch_sums, examples = eval_step(element)
+      for key, (s, w) in metrics.items():
+        acc = totals.setdefault(key, [0.0, 0.0])
+        acc[0] += float(s)
+        acc[1] += float(w)
+      for key, value in batch_sums.items():
+        value = value.numpy().astype(np.float64)
+        sums[key] = sums[key] + value if key in sums else value
+      if hooks:
+        batch = self._local_examples(examples)
+        for hook in hooks:
+          hook.after_batch(batch)
     if not totals:
       raise ValueError('The eval input produced no batches: is the eval split empty?')
-    results: Dict[str, Any] = {k: s / w if w else float('nan') for k, (s, w) in totals.items()}
-    step = int(self.global_step.numpy())
-    results.update(global_step=step, num_examples=int(max(w for _, w in totals.values())),
-                   seconds=time.time() - start, checkpoint=path or '')
-    scalars = {k: results[k] for k in totals}
+    return totals, sums
+
+  def _publish(self, name: str, results: Dict[str, Any], scalars: Dict[str, float], sums: Dict[str, np.ndarray],
+               hooks: Sequence[hooks_lib.EvalHook]) -> Dict[str, Any]:
+    """The hooks' reports added, then the log line, and (chief) TensorBoard and ``<name>_results.json``."""
     images: Dict[str, np.ndarray] = {}
     for hook in hooks:
       report = hook.end(results, sums)
       results.update(report.results)
       scalars.update({k: v for k, v in report.results.items() if isinstance(v, (int, float))})
       images.update(report.images)
+    step = results['global_step']
     logging.info('Eval at step %d over %d examples: %s (%.1f s)', step, results['num_examples'],
                  ', '.join(f'{k}={scalars[k]:.4f}' for k in sorted(scalars)), results['seconds'])
     if self.is_chief:

@@ -3,14 +3,14 @@
 A run killed mid-write (preemption, kill -9, a full disk) leaves the previous complete file in place and at most a
 temporary file beside it. Local paths are fsynced before the rename; gs:// and other URLs go through tf.io.gfile,
 whose rename is a copy-then-delete on object stores but never exposes a partial object under the final name.
+Also the one rule for what a URL is, and removing a file without caring whether it is there. TensorFlow is imported
+when a file is written, not with this module: the program reads its flags and params files before it.
 """
 import contextlib
 import errno
 import os
 import uuid
 from typing import Iterator, Union
-
-import tensorflow as tf
 
 
 class WriteError(OSError):
@@ -22,7 +22,8 @@ class WriteError(OSError):
     self.path = path
 
 
-def _is_url(path: str) -> bool:
+def is_url(path: str) -> bool:
+  """gs:// and the other schemes tf.io.gfile reads; anything else is a local path."""
   return '://' in path
 
 
@@ -37,6 +38,7 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.
 
 
 def _is_storage_error(e: BaseException) -> bool:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return isinstance(e, tf.errors.OpError) or (isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS)
 
 
@@ -47,12 +49,13 @@ def atomic_output(path: str, mode: str = 'w') -> Iterator:
   A storage failure (no space, no permission) becomes a WriteError naming ``path``; other errors of the block
   propagate unchanged. Either way the temp file is removed and ``path`` keeps its previous content.
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   directory = os.path.dirname(path)
   tmp = temp_path(path)
   try:
     if directory:
       tf.io.gfile.makedirs(directory)
-    if _is_url(path):
+    if is_url(path):
       with tf.io.gfile.GFile(tmp, mode) as f:
         yield f
     else:
@@ -63,7 +66,7 @@ def atomic_output(path: str, mode: str = 'w') -> Iterator:
       os.chmod(tmp, 0o644)
     tf.io.gfile.rename(tmp, path, overwrite=True)
   except BaseException as e:
-    _remove_quietly(tmp)
+    remove_quietly(tmp)
     if _is_storage_error(e):
       raise WriteError(path, e) from e
     raise
@@ -74,7 +77,9 @@ def atomic_write(path: str, content: Union[str, bytes]) -> None:
     f.write(content)
 
 
-def _remove_quietly(path: str) -> None:
+def remove_quietly(path: str) -> None:
+  """Removes ``path`` if it is there; a failure to remove it is not an error (a temp file left behind is)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   try:
     if tf.io.gfile.exists(path):
       tf.io.gfile.remove(path)

@@ -11,7 +11,7 @@ from resnet import model_dir as model_dir_lib
 
 
 def labels_path(params: Params) -> Optional[str]:
-  return params.labels_file or (os.path.join(params.data_dir, 'labels.txt') if params.data_dir else None)
+  return params.labels_file or (os.path.join(params.data_dir, dataset_info.LABELS_FILE) if params.data_dir else None)
 
 
 def read_class_names(params: Params) -> List[str]:
@@ -31,7 +31,7 @@ def check_class_names_against_training(params: Params) -> None:
   a background class): refused, naming both files and counts."""
   trained = model_dir_lib.recorded_params(params.model_dir) or {}
   trained_path = trained.get('labels_file') or (
-      os.path.join(trained['data_dir'], 'labels.txt') if trained.get('data_dir') else None)
+      os.path.join(trained['data_dir'], dataset_info.LABELS_FILE) if trained.get('data_dir') else None)
   path = labels_path(params)
   if not trained_path or not path or os.path.abspath(trained_path) == os.path.abspath(path):
     return

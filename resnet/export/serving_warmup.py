@@ -26,6 +26,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 
+from resnet.estimator import files
+
 WARMUP_DIRECTORY = 'assets.extra'
 WARMUP_FILE_NAME = 'tf_serving_warmup_requests'
 SERVING_PACKAGE = 'tensorflow.serving'
@@ -160,8 +162,7 @@ def write_warmup_requests(export_dir: str, model_name: str, signature_name: str 
           writer.write(prediction_log(model_name, signature_name, input_name, images).SerializeToString())
     tf.io.gfile.rename(temporary, path, overwrite=True)
   finally:
-    if tf.io.gfile.exists(temporary):
-      tf.io.gfile.remove(temporary)
+    files.remove_quietly(temporary)
   logging.info('Wrote %d TF Serving warm-up requests (batch sizes %s, %dx%d JPEGs, model %r, signature %r) to %s.',
                len(batch_sizes) * requests_per_batch_size, batch_sizes, image_size, image_size, model_name,
                signature_name, path)

@@ -311,7 +311,7 @@ def _plus(total: tf.Tensor, gradient: Optional[tf.Tensor]) -> tf.Tensor:
 
 def serving_inputs(params: Mapping[str, Any]) -> Dict[str, ServingInput]:
   """Export signatures: encoded JPEG/PNG bytes (``serving_default``) and float images (``serving_images``)."""
-  size = params['eval_image_size']
+  size = resnet_preprocessing.image_size(params, training=False)
   dtype = tf.as_dtype(params['precision'])
 
   def from_bytes(input):  # pylint: disable=redefined-builtin

@@ -23,6 +23,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from resnet.estimator import files
 from resnet.weights.foreign_layers import KERAS_ZIP, SAFETENSORS, TORCH_PICKLE, Header, Layer
 
 HDF5_MAGIC = b'\x89HDF\r\n\x1a\n'
@@ -46,14 +47,14 @@ class ForeignWeights:
 
 # ------------------------------------------------------------------------------------------------ detection
 def is_directory(path: str) -> bool:
-  if '://' in path:
+  if files.is_url(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.io.gfile.isdir(path)
   return os.path.isdir(path)
 
 
 def _head(path: str) -> bytes:
-  if '://' in path:
+  if files.is_url(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     if tf.io.gfile.isdir(path) or not tf.io.gfile.exists(path):
       return b''
@@ -78,7 +79,7 @@ FORMATS_READ = ('a TF checkpoint (its prefix, its directory or one of its files)
 
 
 def _is_file(path: str) -> bool:
-  if '://' in path:
+  if files.is_url(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
   return os.path.isfile(path)
@@ -132,7 +133,7 @@ def _format(path: str, head: bytes) -> Optional[str]:
 def local_copy(path: str) -> Iterator[str]:
   """``path`` itself, or a temporary local copy of a ``gs://`` (or other URL) file: h5py and safetensors read
   local files."""
-  if '://' not in path:
+  if not files.is_url(path):
     yield path
     return
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
