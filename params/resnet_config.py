@@ -3,7 +3,8 @@
 Flags (``resnet/resnet_flags.py``), ``RESNET_CFG`` (the defaults dict), the checks of each value
 (``value_problems``) and ``--help`` are all generated from ``PARAMS``; ``make_params`` makes a run's params from
 what it is given (``resnet/run_params.py`` gives it the files, and the components' range checks: the augmentation
-and mixing configs check their own params, so that each range is checked in one place). Values are the reference trainer's where we share a key. Deliberate differences:
+and mixing configs check their own params, so that each range is checked in one place). Values are the reference
+trainer's where we share a key. Deliberate differences:
 - ``use_tpu`` None and ``strategy`` 'auto': the run picks TPU/GPUs/CPU itself; ``--use_tpu=false`` always runs
   locally, even with a TPU config.
 - ``use_cache`` False: caching ImageNet needs ~150 GB of host RAM; the TPU config turns it on.
@@ -395,7 +396,7 @@ def consistency_problems(params: Any) -> list:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# make_params: the one way to make a run's params
+# make_params: a run's params from what it is given (the program's run_params.make_params gives it the files)
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
 # An override: a mapping, or a string (k=v CSV, a YAML/JSON mapping, or a YAML file path).
@@ -429,10 +430,9 @@ def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
   errors then start with the label (the CLI names its flag). An override string that names a file is read with
   ``read_file``.
   Then each of ``fills`` in order: values only files know (the program's ``resnet/run_params.py`` reads
-  ``summary.json``, a run's params.yaml and weight files; this package reads none). Then what is still unset gets
-  its pure default (ImageNet's counts, the reference's v1.5 Variant), and
-  ``validate`` (each key's type, choices and checks; the rules between keys; ``validators``) raises ValueError
-  naming every problem.
+  ``summary.json``, a run's params.yaml and weight files; this package reads none; without fills the counts and the
+  Variant params stay unset). Then ``validate`` (each key's type, choices and checks; the rules between keys;
+  ``validators``) raises ValueError naming every problem.
   """
   params = params_dict.ParamsDict(RESNET_CFG, lambda values: validate(values, validators), aliases=ALIASES)
   for label, values in configs:
@@ -451,19 +451,8 @@ def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
       if params[key] is not None and type(value) is not type(params[key]):  # e.g. class_weights 'balanced' -> list
         params.override({key: None}, is_strict=True)
       params.override({key: value}, is_strict=True)
-  params.override(pure_defaults(params.as_dict()), is_strict=True)
   params.validate()
   return params.lock()
-
-
-def pure_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
-  """What the params left unset mean when no file said otherwise: ImageNet's class and image counts and the
-  reference's v1.5 Variant. (An unset eval_image_size stays unset: ``resnet_preprocessing.image_size`` is the one
-  rule for which size a mode uses.)"""
-  fills: Dict[str, Any] = {key: value for key, value in IMAGENET_COUNTS.items() if values[key] is None}
-  fills.update({key: architectures.VARIANT_DEFAULTS[key] for key in architectures.VARIANT_PARAMS
-                if values[key] is None})
-  return fills
 
 
 def _labelled_items(items: Sequence[Any], default_label: Callable[[Any], Optional[str]]

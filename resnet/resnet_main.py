@@ -104,9 +104,10 @@ def evaluate(estimator: Estimator, params: Params) -> None:
 
 
 def predict(estimator: Estimator, params: Params) -> str:
-  class_names.check_class_names_against_training(params)
+  class_names.check_class_names_against_training(params, model_dir_lib.recorded_params(params.model_dir))
   if params.predict_input:
-    source = imagenet_input.ImageFilesInput(params.predict_input, image_size=resnet_preprocessing.image_size(params, training=False),
+    source = imagenet_input.ImageFilesInput(params.predict_input,
+                                            image_size=resnet_preprocessing.image_size(params, training=False),
                                             dtype=tf.as_dtype(params.precision))
   else:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
@@ -265,10 +266,11 @@ def export(estimator: Estimator, params: Params,
   if params.add_warmup_requests:
     from resnet.export import serving_warmup  # pylint: disable=g-import-not-at-top
 
-    def assets(export_dir: str) -> None:
+    def warmup_requests(export_dir: str) -> None:
       serving_warmup.write_warmup_requests(export_dir, params.model_name, 'serving_default', 'input',
                                            params.inference_batch_sizes,
                                            resnet_preprocessing.image_size(params, training=False))
+    assets = warmup_requests
   weights = resnet_model_fn.averaged_weights(estimator.scope) if params.export_moving_average else None
   path = estimator.export_saved_model(params.export_dir, resnet_model_fn.serving_inputs(params),
                                       checkpoint_path=checkpoint, assets_extra_fn=assets, weights=weights)

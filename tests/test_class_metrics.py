@@ -307,3 +307,31 @@ def test_one_process_shares_its_own_values():
   from resnet.estimator import distribution  # pylint: disable=g-import-not-at-top
   for strategy in (tf.distribute.get_strategy(), tf.distribute.OneDeviceStrategy('/cpu:0')):
     assert distribution.from_chief(strategy, [1, 2.5, -1]) == [1.0, 2.5, -1.0]
+
+
+def test_a_writer_that_fails_to_keep_a_best_stops_every_worker(tmp_path, monkeypatch):
+  """An error while the chief copies into best/ (no space, a storage error) is shared before it is raised: the
+  followers stop with the chief instead of waiting for it in the next collective."""
+  sent = []
+  writer = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy',
+                                          share=lambda values: sent.append(list(values)) or list(values))
+  follower = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy', role='follower',
+                                            share=lambda values: sent.pop(0))
+
+  def full_disk(*args):
+    raise OSError(28, 'No space left on device')
+  monkeypatch.setattr(best_checkpoint.BestCheckpoint, '_keep', full_disk)
+  results = _results(tmp_path, 2, 0.5)
+  with pytest.raises(OSError, match='No space'):
+    writer.update(results)
+  with pytest.raises(RuntimeError, match='could not keep the best checkpoint'):
+    follower.update(results)
+
+
+@pytest.mark.parametrize('task_type,task_id,has_chief,expected', [
+    ('chief', 0, True, True), ('worker', 0, True, False), ('worker', 0, False, True), ('worker', 1, False, False),
+    ('evaluator', 0, False, False)])
+def test_one_chief_per_cluster(task_type, task_id, has_chief, expected):
+  """With a chief job, worker 0 is not a second chief (before: two writers on model_dir and best/)."""
+  from resnet.estimator import distribution  # pylint: disable=g-import-not-at-top
+  assert distribution.chief_task(task_type, task_id, has_chief) is expected

@@ -52,7 +52,8 @@ def test_each_trainer_command_parses_and_makes_valid_params(page, command, monke
 def _anchors(path: str):
   """GitHub's heading anchors of a page."""
   out = set()
-  for heading in re.findall(r'^#{1,6} (.*)$', _text(path), flags=re.M):
+  text = re.sub(r'```.*?```', '', _text(path), flags=re.S)   # a '# comment' in a code block is no heading
+  for heading in re.findall(r'^#{1,6} (.*)$', text, flags=re.M):
     slug = re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
     out.add(slug)
   return out

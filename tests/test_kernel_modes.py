@@ -1,6 +1,7 @@
 """The numeric claims hold in both kernel modes: the suite runs them with TensorFlow's default kernels (as users
 run, unseeded), and this test runs them again in a subprocess with deterministic ops, which every random_seed turns
-on and which swap kernels (e.g. softmax cross-entropy's). README's "What the tests prove" lists them."""
+on and which swap kernels (e.g. softmax cross-entropy's). docs/training.md, "Seeded and unseeded runs use different
+kernels", lists them."""
 import os
 import re
 import subprocess

@@ -289,3 +289,23 @@ def test_workers_stop_early_together_when_the_chief_cannot_keep_a_best(tmp_path)
   assert steps == [4, 4] and stops == [['4'], ['4']]
   kept = json.loads((tmp_path / 'model' / 'best' / 'eval_results.json').read_text())
   assert kept['global_step'] == 2
+
+
+def test_workers_evaluate_continuously_the_checkpoint_the_chief_sees(tmp_path):
+  """mode=eval without eval_checkpoint on 2 workers: worker 1's first listing lags (it sees step 2 where the chief
+  sees step 4). Before the fix each evaluated its own latest checkpoint: their metric all-reduces paired up across
+  different checkpoints, the chief stopped at the final step and worker 1 was left alone in a collective."""
+  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=16, num_validation=8, num_shards=2)
+  model_dir = tmp_path / 'model'
+  train = ['--mode=train', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=4',
+           '--iterations_per_loop=2', '--save_checkpoints_steps=2']
+  _start_all([('train', cli.MAIN + list(cli.TINY) + train, procs.base_env())], tmp_path)
+  assert cli.checkpoint_steps(str(model_dir)) == [2, 4]
+  runs = _worker_runs(tmp_path, 'e', 2, ['--mode=eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}',
+                                         '--train_steps=4', '--eval_timeout=20'], dump=False)
+  runs = [(name, args, {**env, 'STALE_LISTING': '1'}) for name, args, env in runs]
+  started = _start_all(runs, tmp_path)
+  for name in ('e0', 'e1'):
+    evaluated = re.findall(r'Eval at step (\d+)', started[name].log())
+    assert evaluated == ['4'], (name, evaluated)
+  assert _eval_results(model_dir)['num_examples'] == 8

@@ -1,7 +1,7 @@
 r"""Training benchmark: our Estimator vs Keras ``fit``, the costs of XLA and determinism, model FLOP utilisation, and
 real vs synthetic input, in one run.
 
-  python -m tools.train_benchmark --markdown           # README's table: ResNet-50, 224 px, batch 32, fp32 + bf16
+  python -m tools.train_benchmark --markdown    # docs/performance.md's table: ResNet-50, 224 px, batch 32, fp32+bf16
   python -m tools.train_benchmark --quick              # ResNet-50 at 128 px, fewer steps
   python -m tools.train_benchmark --data_dir=DIR       # real-data row on your own TFRecords (train-*)
 
@@ -25,7 +25,7 @@ How it measures:
   each loop alone (summaries and logging between loops, and the one checkpoint at the end, are outside); Keras
   windows are measured by a batch callback. Both Keras rows get the very same synthetic batch our rows train on,
   as float32.
-- Utilisation uses the analytic count ``resnet_model.count_flops`` (forward = 2 x multiply-adds of convs + dense;
+- Utilisation uses the analytic count ``plan.count_flops`` (forward = 2 x multiply-adds of convs + dense;
   training = 3 x forward) against a peak derived from the CPU (cores x clock x FLOPs/cycle from the vector ISA).
   A 2048^3 matmul is measured too: /proc/cpuinfo gives the nominal clock, and when the matmul beats the
   nominal-clock peak (boost), the clock is raised to the lowest one explaining it (utilisations become upper
@@ -104,7 +104,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                     flag_values=fv)
   flags.DEFINE_bool('quick', False, 'A fast look: ResNet-50 at 128 px, 5 timed steps, 2 warm-up (explicit flags '
                     'win).', flag_values=fv)
-  flags.DEFINE_bool('markdown', False, "Also print README's markdown table, the machine and this command.",
+  flags.DEFINE_bool('markdown', False, "Also print docs/performance.md's markdown table, the machine and this command.",
                     flag_values=fv)
 
 
@@ -138,7 +138,7 @@ def main(argv: Sequence[str]) -> None:
   results = run_benchmark(cfg)
   print(format_report(results))
   if flags.FLAGS.markdown:
-    print('\nMarkdown (README):\n')
+    print('\nMarkdown (docs/performance.md):\n')
     print(format_markdown(results, command_line(sys.argv)))
 
 

@@ -6,12 +6,12 @@ and warm starts read it like any other, plus ``eval_results.json``: the results 
 
 Atomic without directory renames (object stores have none): the new checkpoint's files (and the application's
 ``companions``, e.g. its params file so that a warm start from ``best/`` builds the same architecture) are copied
-in under their own names, each file atomically; then ``eval_results.json``, written atomically, is the commit point; then the
-``checkpoint`` pointer and the removal of the previous files follow. Opening a ``best/`` that a crash left
-half-updated, as its writer, finishes or undoes the update from ``eval_results.json``; a reader (export) never
-changes it. ``progress.json`` counts evaluations without improvement and records the last evaluated step, so that a
-resumed run evaluates a checkpoint its predecessor saved but did not evaluate, and stops early where an
-uninterrupted run would.
+in under their own names, each file atomically; then ``eval_results.json``, written atomically, is the commit
+point; then the ``checkpoint`` pointer and the removal of the previous files follow. Opening a ``best/`` that a
+crash left half-updated, as its writer, finishes or undoes the update from ``eval_results.json``; a reader
+(export) never changes it. ``progress.json`` counts evaluations without improvement and records the last
+evaluated step, so that a resumed run evaluates a checkpoint its predecessor saved but did not evaluate, and stops
+early where an uninterrupted run would.
 
 Several workers decide as one: the chief (``writer``) alone writes the files, and every
 decision that steers training (whether an evaluation improved, the count towards early stopping, which step still
@@ -92,6 +92,10 @@ class BestCheckpoint:
     return bool(name) and tf.io.gfile.exists(os.path.join(self.directory, f'{name}.index'))
 
   def _open(self) -> None:
+    if self.role == 'follower':  # it takes the writer's state before its first decision (_agree)
+      self.best = self._committed = None
+      self.damaged = False
+      return
     best = self._committed = self._read_json(RESULTS_FILE)
     damaged = best is None and tf.io.gfile.exists(os.path.join(self.directory, RESULTS_FILE))
     if best is not None and not (best.get('best_metric', self.metric) in best and 'global_step' in best
@@ -192,10 +196,20 @@ class BestCheckpoint:
     record = {**results, 'best_metric': self.metric, 'best_metric_goal': self.goal, 'best_checkpoint': name,
               'checkpoint': os.path.join(self.directory, name)}
     improved = self._better(value) and bool(source)
+    error: Optional[BaseException] = None
     if improved and self.writer:
-      improved = self._keep(source, record)
+      try:
+        improved = self._keep(source, record)
+      except Exception as e:  # pylint: disable=broad-except  (shared first, raised below on every worker)
+        improved, error = False, e
     if self._share is not None:  # the writer's verdict: it alone knows whether the copy succeeded
-      improved = bool(self._share([improved])[0])
+      shared_improved, failed = self._share([improved, error is not None])
+      improved = bool(shared_improved)
+      if failed and error is None:
+        raise RuntimeError(f'The chief could not keep the best checkpoint in {self.directory} (its log says why); '
+                           'this worker stops with it.')
+    if error is not None:
+      raise error
     if improved:
       self.best = record
       self.evals_without_improvement = 0

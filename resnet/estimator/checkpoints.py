@@ -100,6 +100,10 @@ class Checkpoints:
   def latest(self) -> Optional[str]:
     return tf.train.latest_checkpoint(self.model_dir)
 
+  def path_for_step(self, step: int) -> str:
+    """The chief's checkpoint of ``step`` in model_dir (every worker names the chief's file)."""
+    return os.path.join(self.model_dir, f'{CHECKPOINT_NAME}-{step}')
+
   def _manager_for_current_objects(self) -> tf.train.CheckpointManager:
     keys = tuple(sorted(self._objects()))
     if self._manager is None or keys != self._manager_keys:
@@ -141,7 +145,7 @@ class Checkpoints:
       written = manager.save(checkpoint_number=step)
       logging.info('Saved checkpoint %s', written)
     # Every worker names the chief's file: the workers' variables are equal, a non-chief's copy is throw-away.
-    path = os.path.join(self.model_dir, f'{CHECKPOINT_NAME}-{step}')
+    path = self.path_for_step(step)
     self.holds = self._saved_here = path
     return path
 

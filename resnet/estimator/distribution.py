@@ -39,9 +39,7 @@ def is_chief_task() -> bool:
   task = config.get('task', {})
   if not task:
     return True
-  if 'chief' in config.get('cluster', {}):
-    return task.get('type') == 'chief'
-  return task.get('type') == 'worker' and int(task.get('index', 0)) == 0
+  return chief_task(task.get('type'), task.get('index', 0), 'chief' in config.get('cluster', {}))
 
 
 def configure_cluster(worker_hosts: Optional[str], task_index: int) -> int:
@@ -70,11 +68,18 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-  """The process that writes checkpoints, summaries and exports (worker 0, or the chief task)."""
+  """The process that writes checkpoints, summaries and exports: the chief task, or worker 0 of a cluster
+  without one (never both: two writers would race on model_dir)."""
   if num_workers(strategy) == 1:
     return True
   resolver = strategy.cluster_resolver
-  return resolver.task_type == 'chief' or (resolver.task_type == 'worker' and resolver.task_id == 0)
+  return chief_task(resolver.task_type, resolver.task_id, 'chief' in resolver.cluster_spec().jobs)
+
+
+def chief_task(task_type: Optional[str], task_id: Optional[int], cluster_has_chief: bool) -> bool:
+  if cluster_has_chief:
+    return task_type == 'chief'
+  return task_type == 'worker' and int(task_id or 0) == 0
 
 
 def from_chief(strategy: tf.distribute.Strategy, values: Sequence[float]) -> List[float]:
@@ -84,10 +89,21 @@ def from_chief(strategy: tf.distribute.Strategy, values: Sequence[float]) -> Lis
   if num_workers(strategy) == 1:
     return values
   local, total = len(strategy.extended.worker_devices), strategy.num_replicas_in_sync
-  # A mean over all replicas of (the chief's values x total / local) on the chief's replicas and 0 elsewhere.
-  mine = tf.constant(values, tf.float64) * (total / local if is_chief(strategy) else 0.0)
+  # A mean over all replicas of (the chief's values x total / local) on the chief's replicas and 0 elsewhere
+  # (zeros, not values x 0: a NaN of a non-chief must not reach the result).
+  mine = (tf.constant(values, tf.float64) * (total / local) if is_chief(strategy)
+          else tf.zeros([len(values)], tf.float64))
   per_replica = strategy.experimental_distribute_values_from_function(lambda _: tf.identity(mine))
   return strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None).numpy().tolist()
+
+
+def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
+  """Whether ``flag`` is true on any worker (a collective with several workers; one process: ``flag``)."""
+  if num_workers(strategy) == 1:
+    return bool(flag)
+  per_replica = strategy.experimental_distribute_values_from_function(
+      lambda _: tf.constant(1.0 if flag else 0.0, tf.float64))
+  return float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy()) > 0
 
 
 def _tpu_visible(tpu: Optional[str]) -> bool:

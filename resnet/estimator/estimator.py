@@ -69,7 +69,8 @@ class Estimator:
       self.scope = ObjectScope()
     self.checkpoints = checkpoints_lib.Checkpoints(self.model_dir, self.is_chief, config.keep_checkpoint_max,
                                                    self.global_step, lambda: self.scope.objects)
-    self.stop = StopControl(self.strategy, distribution.num_workers(self.strategy))
+    self.workers = distribution.num_workers(self.strategy)
+    self.stop = StopControl(self.strategy, self.workers)
     self.replica_fns = loops.ReplicaFunctions(model_fn, self.mode_params, config.jit_compile, self.strategy)
     self._mode_objects: Dict[str, frozenset] = {}   # mode -> names of the scope objects its model_fn uses
     self._train_loop: Optional[loops.TrainLoop] = None
@@ -395,23 +396,29 @@ class Estimator:
     waiting_since = next_log = time.time()
     limit = 'forever (no timeout set)' if timeout is None else f'up to {timeout:g} s'
     while True:
-      path = self.latest_checkpoint()
+      now = time.time()
+      path, timed_out = self._poll(timeout is not None and now - waiting_since >= timeout)
       if path and path != last_path:
         last_path = path
-        try:
-          results = self.evaluate(input_fn, checkpoint_path=path, weights=weights, hooks=hooks)
-          if best is not None:
-            best.update(results)
-        except tf.errors.NotFoundError:  # removed by keep_checkpoint_max while we waited
+        # Removed by keep_checkpoint_max while we waited: every worker skips it, or none does.
+        if distribution.any_worker(self.strategy, not tf.io.gfile.exists(path + '.index')):
           logging.info('Checkpoint %s vanished before it could be evaluated; skipping.', path)
           continue
+        try:
+          results = self.evaluate(input_fn, checkpoint_path=path, weights=weights, hooks=hooks)
+        except tf.errors.NotFoundError:  # removed in the moment between the check and the restore
+          if self.workers > 1:
+            raise
+          logging.info('Checkpoint %s vanished before it could be evaluated; skipping.', path)
+          continue
+        if best is not None:
+          best.update(results)
         if stop_at_step is not None and results['global_step'] >= stop_at_step:
           logging.info('Evaluated the final step %d: done.', results['global_step'])
           return results
         waiting_since = next_log = time.time()
         continue
-      now = time.time()
-      if timeout is not None and now - waiting_since >= timeout:
+      if timed_out:
         if results is None:
           raise NoCheckpointError(
               f'No checkpoint appeared in {self.model_dir} within the timeout of {timeout:g} s: is the training '
@@ -423,6 +430,15 @@ class Estimator:
                      'a new' if last_path else 'a', self.model_dir, _format_seconds(now - waiting_since), limit)
         next_log = now + log_every_seconds
       time.sleep(poll_seconds)
+
+  def _poll(self, timed_out: bool) -> Tuple[Optional[str], bool]:
+    """model_dir's latest checkpoint and whether the wait timed out. Several workers take the chief's answer (its
+    listing and its clock), so that they evaluate the same checkpoint and stop together."""
+    path = self.latest_checkpoint()
+    if self.workers == 1:
+      return path, timed_out
+    step, timed_out = self.from_chief([checkpoints_lib.checkpoint_step(path) if path else -1, timed_out])
+    return (self.checkpoints.path_for_step(int(step)) if step >= 0 else None), bool(timed_out)
 
   # ------------------------------------------------------------------------------------------------ predict
   def predict(self, input_fn: InputFn, checkpoint_path: Optional[str] = None) -> Iterator[Dict[str, Any]]:

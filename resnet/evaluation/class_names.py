@@ -1,13 +1,12 @@
 """Class names by model class id, from labels.txt, with a background class 0 when the model has one class more
 (the input pipeline's rule), and the check that predict names classes as the model was trained."""
 import os
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional
 
 from absl import logging
 
 from official_input import dataset_info
 from params.params_dict import ParamsDict as Params
-from resnet import model_dir as model_dir_lib
 
 
 def labels_path(params: Params) -> Optional[str]:
@@ -25,11 +24,11 @@ def has_background(params: Params) -> bool:
   return dataset_info.has_background_class(params.num_label_classes, len(data_names) or None)
 
 
-def check_class_names_against_training(params: Params) -> None:
+def check_class_names_against_training(params: Params, trained: Optional[Mapping[str, Any]]) -> None:
   """Names by class id come from labels.txt, with a background class 0 when the model has one class more. A labels
-  file with another count than the training run's would shift or drop names (one short even makes class 0 look like
-  a background class): refused, naming both files and counts."""
-  trained = model_dir_lib.recorded_params(params.model_dir) or {}
+  file with another count than the training run's (``trained``: its recorded params) would shift or drop names (one
+  short even makes class 0 look like a background class): refused, naming both files and counts."""
+  trained = trained or {}
   trained_path = trained.get('labels_file') or (
       os.path.join(trained['data_dir'], dataset_info.LABELS_FILE) if trained.get('data_dir') else None)
   path = labels_path(params)

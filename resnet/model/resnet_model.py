@@ -40,8 +40,8 @@ Batch norm is ``FusedBatchNormalization``: Keras' BN semantics and variables com
 Keras 3's unfused BN was ~1/3 of a CPU training step.
 
 Here: the builder (``resnet``). Beside it in ``resnet/model/``: ``layers`` (the custom layers), ``tf1_names`` (TF1
-names, and the head, weight-decay and BN variable sets chosen by them), ``plan`` (parameter and FLOP counts without building),
-``architectures`` (depths and options, pure Python).
+names, and the head, weight-decay and BN variable sets chosen by them), ``plan`` (parameter and FLOP counts
+without building); ``params/architectures.py`` (depths and options, pure Python).
 
 Known differences from the reference: Keras BN updates the moving variance with the biased batch variance (TF1's
 fused BN applies Bessel's correction, a factor n/(n-1) with n = batch*H*W >= thousands, i.e. < 0.1%); the head

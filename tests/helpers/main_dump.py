@@ -11,6 +11,8 @@ Environment (all optional):
   LOGICAL_CPUS    split the CPU into this many logical devices first (MirroredStrategy on one machine).
   OVERFLOW_STEP   with DESIGNED_DATA: at this (0-based) step, input pipeline 1 (worker 1) gets images of 1e6, which
                   overflow float16 on that worker only.
+  STALE_LISTING   a non-chief worker's first look at model_dir sees the oldest checkpoint (a listing that lags on
+                  shared storage), where the chief sees the newest.
   BEST_COPY_VANISHES_AT  a step: when best/'s writer is about to keep that step's checkpoint, its files vanish
                   first, as keep_checkpoint_max may delete them under a slow copy.
 
@@ -68,6 +70,16 @@ def _patch() -> None:
           tf.io.gfile.remove(path)
       return keep(self, source, record)
     best_checkpoint.BestCheckpoint._keep = vanishing_keep
+
+  if os.environ.get('STALE_LISTING'):
+    latest, looked = Estimator.latest_checkpoint, []
+
+    def stale_latest_checkpoint(self):
+      if self.is_chief or looked:
+        return latest(self)
+      looked.append(True)
+      return tf.train.get_checkpoint_state(self.model_dir).all_model_checkpoint_paths[0]
+    Estimator.latest_checkpoint = stale_latest_checkpoint
 
   resnet_main.make_estimator = capturing_make_estimator
   distribution.get_strategy = seeding_get_strategy

@@ -1,4 +1,4 @@
-"""The benchmark's text: the table, how to read it, the targets, and README's markdown table."""
+"""The benchmark's text: the table, how to read it, the targets, and docs/performance.md's markdown table."""
 import math
 from typing import List, Optional, Sequence
 
@@ -119,7 +119,7 @@ def machine_line(results: Results) -> str:
 
 
 def format_markdown(results: Results, command: str) -> str:
-  """README's table: every row with its median, range, ratios and MFU, the machine, and the command."""
+  """docs/performance.md's table: every row with its median, range, ratios and MFU, the machine, and the command."""
   cfg, peak = results.cfg, results.peak
   lines = [f'Training, ResNet-{cfg.resnet_depth} at {cfg.image_size} px, batch {cfg.batch_size}, synthetic batches '
            f'unless noted. img/s: median of {cfg.repeats} timed windows of {cfg.steps} steps (after '
@@ -168,7 +168,7 @@ def format_report(results: Results) -> str:
       'learning-rate schedule and a label check.',
       '- Keras applications are ResNet v1 (stride in the first 1x1 conv): ~6% fewer FLOPs than our v1.5 at 224, '
       'not credited in the ratio.',
-      f'- FLOPs: forward = 2 x multiply-adds of convs + dense (resnet_model.count_flops; BN, ReLU, pooling, adds '
+      f'- FLOPs: forward = 2 x multiply-adds of convs + dense (plan.count_flops; BN, ReLU, pooling, adds '
       f'not counted); training = 3 x forward = {results.train_gflop_per_image:.2f} GFLOP/image. '
       'GFLOP/s and % of peak are shown for rows running our model only.',
       f'- Peak: {peak.describe()}',
