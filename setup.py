@@ -27,7 +27,9 @@ setup(
     extras_require={
         # pytest-xdist: `make test` runs two test files at a time (--dist loadfile keeps each file's shared runs
         # in one process); most tests wait on TF start-up and single-threaded tracing, so 2 cores do twice the work.
-        "test": ["pytest>=8", "pytest-xdist>=3.5"],
+        # ai-edge-litert: LiteRT's own runtime, which checks every exported .tflite (the export falls back to
+        # TensorFlow's interpreter without it, and says so).
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "ai-edge-litert>=2.0"],
     },
     entry_points={
         "console_scripts": [

@@ -54,6 +54,7 @@ DEPTHS = architectures.SUPPORTED_DEPTHS
 # The runner's names (resnet/estimator/run_config.py, which imports nothing of this package; a test keeps them equal).
 STRATEGIES = ('auto', 'one_device', 'mirrored', 'multi_worker_mirrored', 'tpu')
 PRECISIONS = ('float32', 'bfloat16', 'float16')
+TFLITE_QUANTIZATIONS = ('float16', 'dynamic_int8', 'int8')  # resnet/export/tflite_export.QUANTIZATIONS (a test)
 
 PARAMS: Tuple[Param, ...] = (
     # --- model ---
@@ -249,6 +250,20 @@ PARAMS: Tuple[Param, ...] = (
       modes=('train_and_eval', 'export')),
     P('export_tflite', False, 'Also write model.tflite (float32, batch 1) into the export, checked against the '
       'SavedModel.', modes=EXPORTING),
+    P('tflite_quantizations', [], 'Also write quantized .tflite files (model.tflite too): any of float16, '
+      'dynamic_int8 (int8 weights), int8 (full integer, calibrated on training images). Each is measured on '
+      'validation images against the SavedModel (tflite_report.txt) and refused below tflite_min_agreement.', list,
+      modes=EXPORTING),
+    P('tflite_calibration_images', 300, 'int8: training images (eval preprocessing) that calibrate activations.',
+      checks=('> 0',), modes=EXPORTING),
+    P('tflite_int8_io', False, 'int8: int8 input and output tensors (the Edge TPU compiler needs them).',
+      modes=EXPORTING),
+    P('tflite_float_fallback', False, 'int8: ops without an int8 kernel run in float (else such a model is '
+      'refused); not for the Edge TPU.', modes=EXPORTING),
+    P('tflite_eval_images', 500, 'Validation images each .tflite is measured on (top-1, agreement, latency).',
+      checks=('> 0',), modes=EXPORTING),
+    P('tflite_min_agreement', 0.9, 'A quantized .tflite whose top-1 agrees with the SavedModel\'s on fewer of those '
+      'images is not written, and the export fails.', float, checks=('>= 0', '<= 1'), modes=EXPORTING),
     P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).',
       modes=EXPORTING),
     P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list, modes=EXPORTING),
@@ -258,6 +273,8 @@ PARAMS: Tuple[Param, ...] = (
     P('predict_output', None, 'Predict mode: CSV to write; unset = model_dir/predictions.csv.', str,
       modes=('predict',)),
     P('predict_top_k', 5, 'Predict mode: classes reported per image.', checks=('> 0',), modes=('predict',)),
+    P('predict_tflite', None, 'Predict mode: run this .tflite file with LiteRT instead of model_dir\'s checkpoint '
+      '(the same CSV and per-class report).', str, modes=('predict',)),
     # --- profiling ---
     P('profile_every_n_steps', 0, '> 0: capture a profile every N steps.', checks=('>= 0',)),
     P('profile_duration_ms', 1000, 'Milliseconds per periodic profile capture, on any device (the reference\'s '
@@ -388,6 +405,9 @@ def consistency_problems(params: Any) -> list:
     elif params['num_label_classes'] is not None and len(weights) != params['num_label_classes']:
       problems.append(f'class_weights lists {len(weights)} weights for num_label_classes='
                       f'{params["num_label_classes"]}: give one per model class (or class_weights=balanced)')
+  unknown = [k for k in params['tflite_quantizations'] if k not in TFLITE_QUANTIZATIONS]
+  if unknown:
+    problems.append(f'tflite_quantizations lists {unknown}: each must be one of {list(TFLITE_QUANTIZATIONS)}')
   if params['transpose_input']:
     problems.append('transpose_input=true is the TPUEstimator infeed trick (batches sent as HWCN and transposed '
                     "back on the TPU); TF2's TPUStrategy feeds NHWC batches directly, where it would only add two "

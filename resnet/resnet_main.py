@@ -105,16 +105,21 @@ def evaluate(estimator: Estimator, params: Params) -> None:
 
 def predict(estimator: Estimator, params: Params) -> str:
   class_names.check_class_names_against_training(params, model_dir_lib.recorded_params(params.model_dir))
+  size = resnet_preprocessing.image_size(params, training=False)
+  dtype = tf.float32 if params.predict_tflite else tf.as_dtype(params.precision)  # a .tflite takes float32
   if params.predict_input:
-    source = imagenet_input.ImageFilesInput(params.predict_input,
-                                            image_size=resnet_preprocessing.image_size(params, training=False),
-                                            dtype=tf.as_dtype(params.precision))
+    source = imagenet_input.ImageFilesInput(params.predict_input, image_size=size, dtype=dtype)
   else:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
-    source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True)
+    source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True, dtype=dtype)
   output = params.predict_output or os.path.join(params.model_dir, 'predictions.csv')
   labelled = predictions_lib.LabelledPredictions(params)
-  rows = predictions_lib.write_predictions(estimator.predict(source.input_fn), output, params, labelled)
+  if params.predict_tflite:
+    predictions = predictions_lib.tflite_predictions(params.predict_tflite, source.input_fn, size,
+                                                     params.predict_batch_size)
+  else:
+    predictions = estimator.predict(source.input_fn)
+  rows = predictions_lib.write_predictions(predictions, output, params, labelled)
   print(f'Wrote {rows} predictions to {output}')
   report = labelled.write(output)
   if report:
@@ -275,18 +280,33 @@ def export(estimator: Estimator, params: Params,
   path = estimator.export_saved_model(params.export_dir, resnet_model_fn.serving_inputs(params),
                                       checkpoint_path=checkpoint, assets_extra_fn=assets, weights=weights)
   print(f'Exported SavedModel: {path}')
-  if params.export_tflite:
-    from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
-
-    report = tflite_export.export_tflite(
-        path, estimator.scope.get(resnet_model_fn.MODEL),
-        lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}),
-        resnet_preprocessing.image_size(params, training=False),
-        params.precision, weights)
-    print(f'Exported TFLite: {report.path} ({report.bytes / 1e6:.1f} MB, {report.ops} ops; max |probability '
-          f'difference| {report.max_difference:.2g} vs its float32 weights, {report.saved_model_difference:.2g} vs '
-          f'the SavedModel)')
+  if params.export_tflite or params.tflite_quantizations:
+    export_tflite(estimator, params, path, weights)
   return path
+
+
+def export_tflite(estimator: Estimator, params: Params, saved_model_dir: str, weights) -> None:
+  """model.tflite, then the quantized files, each measured on the run's own validation images."""
+  from resnet.export import host_images  # pylint: disable=g-import-not-at-top
+  from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
+  from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
+  quantized = None
+  if params.tflite_quantizations:
+    images, labels = host_images.host_images(params, 'validation', params.tflite_eval_images)
+    calibration = (host_images.host_images(params, 'train', params.tflite_calibration_images)[0]
+                   if 'int8' in params.tflite_quantizations else None)
+    quantized = tflite_export.QuantizedExports(
+        params.tflite_quantizations, calibration, images, labels, params.tflite_min_agreement,
+        params.tflite_int8_io, params.tflite_float_fallback)
+  report = tflite_export.export_tflite(
+      saved_model_dir, estimator.scope.get(resnet_model_fn.MODEL),
+      lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}),
+      resnet_preprocessing.image_size(params, training=False), params.precision, weights, quantized)
+  print(f'Exported TFLite: {report.path} ({report.bytes / 1e6:.1f} MB, {report.ops} ops; max |probability '
+        f'difference| {report.max_difference:.2g} vs its float32 weights, {report.saved_model_difference:.2g} vs '
+        f'the SavedModel)')
+  if report.measured:
+    print(tflite_report.table(report.measured, len(quantized.images)), end='')
 
 
 # ------------------------------------------------------------------------------------------------ helpers

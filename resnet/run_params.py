@@ -8,7 +8,7 @@ params.yaml). And the advice that needs the data: small data trained with the Im
 """
 import contextlib
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from absl import logging
 import tensorflow as tf
@@ -18,6 +18,7 @@ from official_input import resnet_preprocessing
 from params import architectures
 from params import params_dict
 from params import resnet_config
+from resnet import model_dir as model_dir_lib
 from resnet import params_files
 from resnet.estimator import files
 from resnet.training import mixing
@@ -26,11 +27,12 @@ from resnet.weights import foreign_weights
 
 def make_params(overrides: Union[None, resnet_config.Source, Sequence[resnet_config.Labelled]] = None, *,
                 config_files: Sequence[Union[str, Tuple[str, str]]] = (),
-                fill_from_data: bool = True) -> params_dict.ParamsDict:
+                fill_from_data: bool = True, from_run: Optional[Sequence[str]] = None) -> params_dict.ParamsDict:
   """``resnet_config.make_params`` with what needs files: ``config_files`` (paths, or names in ``params/configs/``
   such as ``'demo'``; any may be a ``(label, name)`` pair), override strings that name a YAML file, and the unset
   values filled from files: with ``fill_from_data`` the counts from data_dir's summary.json (else ImageNet's) and
-  balanced class weights; always the Variant params."""
+  balanced class weights; always the Variant params. ``from_run`` (the keys the user gave; eval, predict and
+  export): what describes the model and its data comes from model_dir's params.yaml unless given (``run_values``)."""
   configs = []
   for item in config_files:
     label, name = item if isinstance(item, tuple) else (f'config file {item}', item)
@@ -38,12 +40,47 @@ def make_params(overrides: Union[None, resnet_config.Source, Sequence[resnet_con
       path = params_files.resolve_config_file(name)
       configs.append((f'{label} from {path}', params_files.read_params(path).as_dict()))
   fills = [data_defaults, _balanced] if fill_from_data else []
+  if from_run is not None:
+    fills.insert(0, run_values(set(from_run)))
   return resnet_config.make_params(overrides, configs=configs, fills=fills + [variant_defaults],
                                    read_file=params_files.read_text, validators=VALIDATORS)
 
 
+def quantized_exports_have_data(values: Mapping[str, Any]) -> None:
+  """Quantized .tflite files are calibrated and measured on the run's records: refused up front without them."""
+  if values['tflite_quantizations'] and values['export_dir'] and dataset_info.is_synthetic(values['data_dir']):
+    raise ValueError('tflite_quantizations calibrates int8 on the run\'s training records and measures every file on '
+                     'its validation records, and this run has none (data_dir unset: synthetic data): set --data_dir '
+                     'to the converted records, or export without tflite_quantizations')
+
+
 # The components that take a group of params check their own ranges (one place for each range).
-VALIDATORS = (resnet_preprocessing.AugmentConfig.from_params, mixing.MixConfig.from_params)
+VALIDATORS = (resnet_preprocessing.AugmentConfig.from_params, mixing.MixConfig.from_params,
+              quantized_exports_have_data)
+
+
+# What a finished run's params.yaml supplies to eval, predict and export when the user does not restate it: the
+# model (every MODEL_PARAMS key) and the data it was trained on; not where or how that run ran (its cluster,
+# strategy, batch sizes, export and predict paths).
+RUN_KEYS = resnet_config.MODEL_PARAMS + ('data_dir', 'labels_file', 'image_size', 'eval_image_size', 'precision',
+                                         'moving_average_decay', 'class_weights', 'label_smoothing')
+
+
+def run_values(given: Set[str]) -> resnet_config.Fill:
+  """A fill: RUN_KEYS the user did not give, from model_dir's params.yaml when model_dir holds a checkpoint, so
+  that ``--mode=export --model_dir=RUN`` needs nothing repeated. A given value that contradicts the model stays an
+  error (model_dir's check)."""
+  def fill(values: Mapping[str, Any]) -> Dict[str, Any]:
+    model_dir = values['model_dir']
+    if not model_dir or not tf.train.latest_checkpoint(model_dir):
+      return {}
+    recorded = model_dir_lib.recorded_params(model_dir) or {}
+    taken = {k: recorded[k] for k in RUN_KEYS if k in recorded and k not in given and recorded[k] != values[k]}
+    if taken:
+      logging.info('From the run in %s (params.yaml): %s', model_dir,
+                   ', '.join(f'{k}={v!r}' for k, v in sorted(taken.items())))
+    return taken
+  return fill
 
 
 def _balanced(values: Mapping[str, Any]) -> Dict[str, Any]:

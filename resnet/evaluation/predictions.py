@@ -3,7 +3,7 @@ the same per-class report and misclassified list as eval, counted on the host fr
 import csv
 import json
 import os
-from typing import List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from absl import logging
 import numpy as np
@@ -85,3 +85,25 @@ def write_predictions(predictions, output: str, params: Params,
 
 def _name(names: List[str], class_id: int) -> str:
   return names[class_id] if 0 <= class_id < len(names) else ''
+
+
+def tflite_predictions(path: str, input_fn, image_size: int, batch_size: int) -> Iterator[Dict[str, Any]]:
+  """What ``Estimator.predict`` yields, computed by a .tflite file with LiteRT (``--predict_tflite``): the device's
+  own numbers on the same images, preprocessed as eval does."""
+  from resnet.export import litert_runtime  # pylint: disable=g-import-not-at-top
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'--predict_tflite={path}: no such file (the export writes model*.tflite into '
+                            'export_dir/<version>/).')
+  try:
+    model = litert_runtime.Model(path)
+  except ValueError as e:
+    raise ValueError(f'--predict_tflite={path} is not a TFLite model LiteRT can run: {e}') from e
+  if model.image_size != image_size:
+    raise ValueError(f'{path} takes {model.image_size}x{model.image_size} images, but this run preprocesses to '
+                     f'{image_size}x{image_size}: set --eval_image_size={model.image_size}.')
+  logging.info('Predicting with %s (%s, %s input, %s).', path, model.runtime, model.input_type,
+               f'{model.op_count()} ops')
+  for features, labels in input_fn({'batch_size': batch_size}):
+    probabilities = model.probabilities(features['image'].numpy())
+    for i, filename in enumerate(features['filename'].numpy()):
+      yield {'probabilities': probabilities[i], 'label': int(labels[i]), 'filename': filename}

@@ -1,4 +1,5 @@
-"""TFLite export: the exported weights as a float32 ``model.tflite`` in the SavedModel's version directory.
+"""TFLite export: the exported weights as a float32 ``model.tflite`` in the SavedModel's version directory, and the
+quantized files a phone, a browser or an Edge TPU takes (``QUANTIZATIONS``), each measured before it is written.
 
 The .tflite is converted from a float32 copy of the model holding the exported weights (TFLite has no bfloat16
 kernels, so converting a bfloat16 SavedModel graph would need TensorFlow ops at run time). Its input is a batch
@@ -6,12 +7,18 @@ of one float32 image [1, S, S, 3] with values 0..255, as the SavedModel's ``serv
 its output the class probabilities. After writing, both files classify the same images and the largest difference
 is logged. The .tflite must agree with the float32 weights it came from within PARITY_TOLERANCE in every
 precision (else it is not written), and a float32 model's with the SavedModel too; a bfloat16/float16 SavedModel
-differs from it by its own rounding.
+differs from it by its own rounding. Every file is run by LiteRT's own runtime (``litert_runtime``).
+
+Quantized files (``export_quantized``): float16 weights; dynamic-range int8 (int8 weights, float activations);
+full-integer int8 calibrated on the run's training images (optionally with int8 input and output, as the Edge TPU
+compiler needs). Each is measured on validation images against the SavedModel (``tflite_report``) and written only
+if its top-1 agrees on at least ``min_agreement`` of them; the float32 file and the SavedModel are written first and
+never touched by a quantized export that fails.
 """
 import contextlib
 import dataclasses
 import os
-from typing import Callable, ContextManager, Optional
+from typing import Callable, ContextManager, List, Optional, Sequence
 
 from absl import logging
 import keras
@@ -20,8 +27,11 @@ import tensorflow as tf
 from tensorflow.python.framework import convert_to_constants  # pylint: disable=g-direct-tensorflow-import
 
 from resnet.estimator import files
+from resnet.export import litert_runtime
+from resnet.export import tflite_report
 
 TFLITE_NAME = 'model.tflite'
+QUANTIZATIONS = ('float16', 'dynamic_int8', 'int8')
 PARITY_TOLERANCE = 1e-4
 PARITY_IMAGES = 4
 SERVING_SIGNATURE = 'serving_images'
@@ -34,6 +44,20 @@ class TfliteReport:
   ops: int
   max_difference: float  # largest |probability difference| against its float32 weights on PARITY_IMAGES images
   saved_model_difference: float  # the same against the SavedModel (16-bit models: their own rounding)
+  measured: Sequence[tflite_report.Row] = ()  # with quantized files: every file measured on validation images
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizedExports:
+  """What the quantized files need: their kinds, int8's calibration images and options, and the labelled
+  validation images they are measured on."""
+  kinds: Sequence[str]
+  calibration: Optional[np.ndarray]
+  images: np.ndarray
+  labels: np.ndarray
+  min_agreement: float
+  int8_io: bool = False
+  float_fallback: bool = False
 
 
 def float32_copy(model: keras.Model, build: Callable[[], keras.Model]) -> keras.Model:
@@ -43,8 +67,25 @@ def float32_copy(model: keras.Model, build: Callable[[], keras.Model]) -> keras.
   return copy
 
 
-def convert(model: keras.Model, image_size: int) -> bytes:
-  """Float32 TFLite flatbuffer of ``images [1, S, S, 3] -> probabilities``, the weights frozen into constants."""
+def file_name(kind: str) -> str:
+  return TFLITE_NAME if kind == 'float32' else f'model_{kind}.tflite'
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantization:
+  """How to convert: ``kind`` (float32 or one of QUANTIZATIONS) and, for int8, its calibration images and options."""
+  kind: str = 'float32'
+  calibration: Optional[np.ndarray] = None   # [N, S, S, 3] 0..255, int8 only
+  int8_io: bool = False
+  float_fallback: bool = False
+
+
+class QuantizationError(RuntimeError):
+  """A quantized file could not be made, or computes too differently from the SavedModel: it was not written."""
+
+
+def convert(model: keras.Model, image_size: int, quantization: Quantization = Quantization()) -> bytes:
+  """TFLite flatbuffer of ``images [1, S, S, 3] -> probabilities``, the weights frozen into constants."""
   @tf.function(input_signature=[tf.TensorSpec([1, image_size, image_size, 3], tf.float32, name='images')])
   def serve(images):
     return {'probabilities': tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))}
@@ -52,25 +93,48 @@ def convert(model: keras.Model, image_size: int) -> bytes:
   frozen = convert_to_constants.convert_variables_to_constants_v2(serve.get_concrete_function())
   converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
   converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-  return converter.convert()
+  kind = quantization.kind
+  if kind != 'float32':
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+  if kind == 'float16':
+    converter.target_spec.supported_types = [tf.float16]
+  if kind == 'int8':
+    images = quantization.calibration
+    converter.representative_dataset = lambda: ([image[None].astype(np.float32)] for image in images)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8] + (
+        [tf.lite.OpsSet.TFLITE_BUILTINS] if quantization.float_fallback else [])
+    if quantization.int8_io:
+      converter.inference_input_type = converter.inference_output_type = tf.int8
+  try:
+    return converter.convert()
+  except Exception as e:  # pylint: disable=broad-except  (the converter raises many types for one cause)
+    if kind != 'int8':
+      raise
+    cause = ' '.join(str(e).split())[:300] or type(e).__name__
+    if not quantization.float_fallback and _converts(model, image_size, quantization):
+      raise QuantizationError(f'Full-integer int8 conversion failed: some op has no int8 kernel ({cause}). Let it '
+                              'run in float with --tflite_float_fallback=true (not for the Edge TPU), or export '
+                              'dynamic_int8 instead.') from e
+    raise QuantizationError(f'int8 conversion failed: an op has no TFLite kernel in int8 or float ({cause}); '
+                            'no quantized file of this model can be made.') from e
+
+
+def _converts(model: keras.Model, image_size: int, quantization: Quantization) -> bool:
+  """Whether int8 with float fallback converts: tells 'no int8 kernel' from 'no kernel at all'."""
+  try:
+    convert(model, image_size, dataclasses.replace(quantization, float_fallback=True))
+    return True
+  except QuantizationError:
+    return False
 
 
 def tflite_probabilities(flatbuffer: bytes, images: np.ndarray) -> np.ndarray:
-  """Runs the .tflite on each image (its input is a batch of one) and stacks the probabilities."""
-  interpreter = tf.lite.Interpreter(model_content=flatbuffer)
-  interpreter.allocate_tensors()
-  (source,), (result,) = interpreter.get_input_details(), interpreter.get_output_details()
-  outputs = []
-  for image in images.astype(np.float32):
-    interpreter.set_tensor(source['index'], image[None])
-    interpreter.invoke()
-    outputs.append(interpreter.get_tensor(result['index']).copy())
-  return np.concatenate(outputs)
+  """Runs the .tflite with LiteRT on each image (its input is a batch of one) and stacks the probabilities."""
+  return litert_runtime.Model(flatbuffer).probabilities(images)
 
 
 def op_count(flatbuffer: bytes) -> int:
-  interpreter = tf.lite.Interpreter(model_content=flatbuffer)
-  return len(interpreter._get_ops_details())  # pylint: disable=protected-access  (no public op listing in 2.21)
+  return litert_runtime.Model(flatbuffer).op_count()
 
 
 def parity_images(image_size: int, count: int = PARITY_IMAGES, seed: int = 0) -> np.ndarray:
@@ -79,13 +143,15 @@ def parity_images(image_size: int, count: int = PARITY_IMAGES, seed: int = 0) ->
 
 def export_tflite(saved_model_dir: str, model: keras.Model, build_float32: Callable[[], keras.Model],
                   image_size: int, precision: str,
-                  weights: Optional[Callable[[], ContextManager]] = None) -> TfliteReport:
+                  weights: Optional[Callable[[], ContextManager]] = None,
+                  quantized: Optional[QuantizedExports] = None) -> TfliteReport:
   """Writes ``<saved_model_dir>/model.tflite`` (atomically), once it is checked.
 
   The check that holds in every precision: the .tflite against the float32 copy it was converted from, within
   PARITY_TOLERANCE, else an error and no file (a conversion fault never hides behind bfloat16 rounding). Then
   against the SavedModel: within PARITY_TOLERANCE for a float32 model, logged for a 16-bit one.
   ``weights()``: the context in which ``model`` holds the exported weights (e.g. moving averages).
+  ``quantized``: then the quantized files, each measured and written or refused (``export_quantized``).
   """
   with (weights() if weights else contextlib.nullcontext()):
     copy = float32_copy(model, build_float32)
@@ -110,4 +176,42 @@ def export_tflite(saved_model_dir: str, model: keras.Model, build_float32: Calla
   logging.info('Exported TFLite: %s (%.1f MB, %d ops, float32); max |probability difference| on %d images: %.2g '
                'vs its float32 weights, %.2g vs the %s SavedModel', path, report.bytes / 1e6, report.ops,
                PARITY_IMAGES, difference, served_difference, precision)
+  if quantized is not None:
+    report = dataclasses.replace(report, measured=export_quantized(
+        saved_model_dir, copy, flatbuffer, image_size, precision, quantized))
   return report
+
+
+def export_quantized(saved_model_dir: str, copy: keras.Model, float32_file: bytes, image_size: int, precision: str,
+                     quantized: QuantizedExports) -> List[tflite_report.Row]:
+  """Each quantized kind converted, measured against the SavedModel and written, in order; the table of every file
+  is written beside them either way. A kind that cannot be made, or agrees with the SavedModel's top-1 on fewer
+  than ``min_agreement`` of the images, is not written and raises QuantizationError (the files before it stay)."""
+  reference = tflite_report.Reference(saved_model_dir, precision, quantized.images, quantized.labels)
+  rows = [reference.row, reference.measure(TFLITE_NAME, 'float32', float32_file, quantized.images)]
+  count = len(quantized.images)
+  for kind in quantized.kinds:
+    calibration = quantized.calibration if kind == 'int8' else None
+    try:
+      flatbuffer = convert(copy, image_size, Quantization(kind, calibration, quantized.int8_io,
+                                                          quantized.float_fallback))
+    except QuantizationError:
+      tflite_report.write(saved_model_dir, rows, count)
+      raise
+    row = reference.measure(file_name(kind), kind, flatbuffer, quantized.images)
+    if row.agreement < quantized.min_agreement:
+      rows.append(dataclasses.replace(row, kept=False))
+      tflite_report.write(saved_model_dir, rows, count)
+      advice = (f'calibrate on more training images (tflite_calibration_images, {len(calibration)} now; per-channel '
+                'weights are already on), or let ops that lose most run in float (--tflite_float_fallback=true)'
+                if kind == 'int8' else 'use float16, or full-integer int8 calibrated on your images')
+      raise QuantizationError(
+          f'{file_name(kind)} agrees with the SavedModel\'s top-1 on {row.agreement:.1%} of {count} validation images, '
+          f'below tflite_min_agreement={quantized.min_agreement:g} (top-1 {row.top_1:.4f} vs '
+          f'{reference.row.top_1:.4f}): it was not written. To keep it: {advice}; or lower tflite_min_agreement. '
+          f'The SavedModel and {TFLITE_NAME} are complete; the table is in '
+          f'{os.path.join(saved_model_dir, tflite_report.REPORT_NAME)}.txt.')
+    files.atomic_write(os.path.join(saved_model_dir, file_name(kind)), flatbuffer)
+    rows.append(row)
+  tflite_report.write(saved_model_dir, rows, count)
+  return rows

@@ -1,0 +1,45 @@
+"""The run's own images on the host, preprocessed as eval does, for the quantized exports: training images calibrate
+full-integer int8 (never the images it is then measured on) and validation images measure every file."""
+from typing import Any, Mapping, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from official_input import dataset_info
+from official_input import imagenet_input
+from official_input import resnet_preprocessing
+
+BATCH = 32
+
+
+class NoImagesError(ValueError):
+  """The split that should supply images supplied none (or the run has no records at all)."""
+
+
+def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.ndarray, np.ndarray]:
+  """Up to ``count`` images [N, S, S, 3] float32 0..255 of ``split`` (in record order, eval preprocessing) and
+  their model class ids."""
+  if dataset_info.is_synthetic(params['data_dir']):
+    raise NoImagesError('Quantized TFLite exports calibrate on the run\'s training records and are measured on its '
+                        'validation records, and this run has none (data_dir unset: synthetic data). Set '
+                        '--data_dir to the converted records, or export without tflite_quantizations.')
+  source = imagenet_input.ImageNetInput.from_params(
+      params, split=split, is_training=False, dtype=tf.float32, include_filename=False,
+      image_size=resnet_preprocessing.image_size(params, training=False))
+  images, labels, total = [], [], 0
+  try:
+    for batch_images, batch_labels in source.input_fn({'batch_size': BATCH}):
+      keep = batch_labels.numpy() >= 0  # the last batch's padding has label -1
+      images.append(batch_images.numpy()[keep])
+      labels.append(batch_labels.numpy()[keep])
+      total += int(keep.sum())
+      if total >= count:
+        break
+  except (tf.errors.OpError, OSError, ValueError) as e:
+    raise NoImagesError(f'Could not read the {split} images for the quantized TFLite exports from '
+                        f'{params["data_dir"]}: {e}') from e
+  if not total:
+    raise NoImagesError(f'{params["data_dir"]} has no {split} images for the quantized TFLite exports (the {split}-* '
+                        'records are missing or empty): convert the dataset with that split, or export without '
+                        'tflite_quantizations.')
+  return np.concatenate(images)[:count].astype(np.float32), np.concatenate(labels)[:count].astype(np.int64)

@@ -1,0 +1,84 @@
+"""What quantization cost, measured on the run's own validation images: for the float32 SavedModel and each .tflite,
+top-1 accuracy, agreement with the SavedModel's top-1 (share of images with the same class), file size and the
+median single-image latency on this machine. Written beside the files as ``tflite_report.json`` and a table in
+``tflite_report.txt``.
+"""
+import dataclasses
+import json
+import os
+import time
+from typing import Sequence
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from resnet.estimator import files
+from resnet.export import litert_runtime
+
+REPORT_NAME = 'tflite_report'
+SERVING_SIGNATURE = 'serving_images'
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  name: str            # 'SavedModel (bfloat16)', 'model_int8.tflite', ...
+  kind: str            # 'saved_model', 'float32', 'float16', 'dynamic_int8', 'int8'
+  bytes: int
+  top_1: float
+  agreement: float     # share of images whose top-1 equals the SavedModel's
+  latency_ms: float    # median of one image, batch 1
+  runtime: str
+  kept: bool = True    # False: below the agreement threshold, not written
+
+
+def directory_bytes(path: str) -> int:
+  return sum(tf.io.gfile.stat(os.path.join(root, name)).length for root, _, names in tf.io.gfile.walk(path)
+             for name in names if not name.endswith('.tflite') and not name.startswith(REPORT_NAME))
+
+
+class Reference:
+  """The float32-or-not SavedModel's view of the images: its top-1, accuracy, size and latency."""
+
+  def __init__(self, saved_model_dir: str, precision: str, images: np.ndarray, labels: np.ndarray):
+    served = tf.saved_model.load(saved_model_dir).signatures[SERVING_SIGNATURE]
+    dtype = served.structured_input_signature[1]['images'].dtype
+    outputs = [served(images=tf.constant(images[i:i + 32], dtype))['probabilities'].numpy()
+               for i in range(0, len(images), 32)]
+    self.predicted = np.concatenate(outputs).argmax(axis=1)
+    self.labels = labels
+    one = tf.constant(images[:1], dtype)
+    served(images=one)
+    times = []
+    for _ in range(10):
+      start = time.perf_counter()
+      served(images=one)
+      times.append((time.perf_counter() - start) * 1e3)
+    self.row = Row(f'SavedModel ({precision})', 'saved_model', directory_bytes(saved_model_dir),
+                   float(np.mean(self.predicted == labels)), 1.0, float(np.median(times)), 'TensorFlow')
+
+  def measure(self, name: str, kind: str, flatbuffer: bytes, images: np.ndarray) -> Row:
+    model = litert_runtime.Model(flatbuffer)
+    predicted = model.probabilities(images).argmax(axis=1)
+    return Row(name, kind, len(flatbuffer), float(np.mean(predicted == self.labels)),
+               float(np.mean(predicted == self.predicted)), model.latency_ms(images[0]), model.runtime)
+
+
+def table(rows: Sequence[Row], num_images: int) -> str:
+  lines = [f'Measured on {num_images} validation images (latency: one image, batch 1, this machine):',
+           '| file | size MB | top-1 | agreement with the SavedModel | latency ms | runtime |',
+           '|---|---|---|---|---|---|']
+  for r in rows:
+    kept = '' if r.kept else ' (not written: below tflite_min_agreement)'
+    lines.append(f'| {r.name}{kept} | {r.bytes / 1e6:.2f} | {r.top_1:.4f} | {r.agreement:.4f} | '
+                 f'{r.latency_ms:.2f} | {r.runtime} |')
+  return '\n'.join(lines) + '\n'
+
+
+def write(directory: str, rows: Sequence[Row], num_images: int) -> str:
+  text = table(rows, num_images)
+  files.atomic_write(os.path.join(directory, REPORT_NAME + '.txt'), text)
+  files.atomic_write(os.path.join(directory, REPORT_NAME + '.json'), json.dumps(
+      {'num_images': num_images, 'rows': [dataclasses.asdict(r) for r in rows]}, indent=2))
+  logging.info('TFLite exports measured:\n%s', text)
+  return text
