@@ -36,10 +36,24 @@ def test_the_docs_show_trainer_commands():
   assert len(COMMANDS) >= 15 and {page for page, _ in COMMANDS} >= {'README.md', 'docs/fine-tuning.md'}
 
 
+def _finished_run(directory) -> str:
+  """What eval, predict and export commands name: a model_dir with a checkpoint and the params.yaml of its run."""
+  os.makedirs(directory)
+  with open(os.path.join(directory, 'params.yaml'), 'w', encoding='utf-8') as f:
+    f.write('data_dir: /records/of/that/run\n')
+  open(os.path.join(directory, 'model.ckpt-1.index'), 'w').close()
+  with open(os.path.join(directory, 'checkpoint'), 'w', encoding='utf-8') as f:
+    f.write('model_checkpoint_path: "model.ckpt-1"\n')
+  return str(directory)
+
+
 @pytest.mark.parametrize('page,command', COMMANDS, ids=[f'{p}:{i}' for i, (p, _) in enumerate(COMMANDS)])
 def test_each_trainer_command_parses_and_makes_valid_params(page, command, monkeypatch, tmp_path):
   monkeypatch.setenv('HOME', str(tmp_path))
   argv = [a for a in shlex.split(os.path.expandvars(command), comments=True) if a not in ('...',)]
+  if any(a in argv for a in ('--mode=eval', '--mode=predict', '--mode=export')):   # they read a finished run
+    run = _finished_run(tmp_path / 'run')
+    argv = [f'--model_dir={run}' if a.startswith('--model_dir=') else a for a in argv]
   argv = argv[argv.index('resnet/resnet_main.py') + 1:] if 'resnet/resnet_main.py' in argv else argv[
       argv.index('resnet.resnet_main') + 1:] if 'resnet.resnet_main' in argv else argv[1:]
   flag_values = flags.FlagValues()
