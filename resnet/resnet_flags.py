@@ -129,9 +129,7 @@ def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
   # eval, predict and export take the model and its data from the finished run unless the user says otherwise.
   from_run = None
   if flag_values['mode'].value in ('eval', 'predict', 'export'):
-    from_run = set(given_param_keys(flag_values))
-    for _, name in config_files:
-      from_run.update(params_files.read_params(params_files.resolve_config_file(name)).as_dict())
+    from_run = given_param_keys(flag_values)   # run_params adds the config files' keys
   return run_params.make_params(overrides, config_files=config_files, fill_from_data=fill_from_data,
                                 from_run=from_run)
 

@@ -116,7 +116,7 @@ def predict(estimator: Estimator, params: Params) -> str:
   labelled = predictions_lib.LabelledPredictions(params)
   if params.predict_tflite:
     predictions = predictions_lib.tflite_predictions(params.predict_tflite, source.input_fn, size,
-                                                     params.predict_batch_size)
+                                                     params.predict_batch_size, params.num_label_classes)
   else:
     predictions = estimator.predict(source.input_fn)
   rows = predictions_lib.write_predictions(predictions, output, params, labelled)
@@ -277,27 +277,33 @@ def export(estimator: Estimator, params: Params,
                                            resnet_preprocessing.image_size(params, training=False))
     assets = warmup_requests
   weights = resnet_model_fn.averaged_weights(estimator.scope) if params.export_moving_average else None
+  quantized = quantized_exports(params)  # the run's images read first: a missing split writes nothing
   path = estimator.export_saved_model(params.export_dir, resnet_model_fn.serving_inputs(params),
                                       checkpoint_path=checkpoint, assets_extra_fn=assets, weights=weights)
   print(f'Exported SavedModel: {path}')
   if params.export_tflite or params.tflite_quantizations:
-    export_tflite(estimator, params, path, weights)
+    export_tflite(estimator, params, path, weights, quantized)
   return path
 
 
-def export_tflite(estimator: Estimator, params: Params, saved_model_dir: str, weights) -> None:
-  """model.tflite, then the quantized files, each measured on the run's own validation images."""
+def quantized_exports(params: Params):
+  """What the quantized files need from the run's records (None without tflite_quantizations)."""
+  if not params.tflite_quantizations:
+    return None
   from resnet.export import host_images  # pylint: disable=g-import-not-at-top
   from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
+  images, labels = host_images.host_images(params, 'validation', params.tflite_eval_images)
+  calibration = (host_images.host_images(params, 'train', params.tflite_calibration_images)[0]
+                 if 'int8' in params.tflite_quantizations else None)
+  return tflite_export.QuantizedExports(params.tflite_quantizations, calibration, images, labels,
+                                        params.tflite_min_agreement, params.tflite_int8_io,
+                                        params.tflite_float_fallback)
+
+
+def export_tflite(estimator: Estimator, params: Params, saved_model_dir: str, weights, quantized) -> None:
+  """model.tflite, then the quantized files, each measured on the run's own validation images."""
+  from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
   from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
-  quantized = None
-  if params.tflite_quantizations:
-    images, labels = host_images.host_images(params, 'validation', params.tflite_eval_images)
-    calibration = (host_images.host_images(params, 'train', params.tflite_calibration_images)[0]
-                   if 'int8' in params.tflite_quantizations else None)
-    quantized = tflite_export.QuantizedExports(
-        params.tflite_quantizations, calibration, images, labels, params.tflite_min_agreement,
-        params.tflite_int8_io, params.tflite_float_fallback)
   report = tflite_export.export_tflite(
       saved_model_dir, estimator.scope.get(resnet_model_fn.MODEL),
       lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}),

@@ -40,8 +40,8 @@ def make_params(overrides: Union[None, resnet_config.Source, Sequence[resnet_con
       path = params_files.resolve_config_file(name)
       configs.append((f'{label} from {path}', params_files.read_params(path).as_dict()))
   fills = [data_defaults, _balanced] if fill_from_data else []
-  if from_run is not None:
-    fills.insert(0, run_values(set(from_run)))
+  if from_run is not None:  # what a config file says is given too
+    fills.insert(0, run_values(set(from_run).union(*(values for _, values in configs))))
   return resnet_config.make_params(overrides, configs=configs, fills=fills + [variant_defaults],
                                    read_file=params_files.read_text, validators=VALIDATORS)
 
@@ -59,23 +59,23 @@ VALIDATORS = (resnet_preprocessing.AugmentConfig.from_params, mixing.MixConfig.f
               quantized_exports_have_data)
 
 
-# What a finished run's params.yaml supplies to eval, predict and export when the user does not restate it: the
-# model (every MODEL_PARAMS key) and the data it was trained on; not where or how that run ran (its cluster,
-# strategy, batch sizes, export and predict paths).
-RUN_KEYS = resnet_config.MODEL_PARAMS + ('data_dir', 'labels_file', 'image_size', 'eval_image_size', 'precision',
+# What a run's params.yaml supplies to eval, predict and export when the user does not restate it: the model
+# (every MODEL_PARAMS key) and the data it was trained on; not where or how that run ran (its cluster, strategy,
+# precision, batch sizes, export and predict paths).
+DATA_KEYS = {'data_dir', 'labels_file'}
+RUN_KEYS = resnet_config.MODEL_PARAMS + ('data_dir', 'labels_file', 'image_size', 'eval_image_size',
                                          'moving_average_decay', 'class_weights', 'label_smoothing')
 
 
 def run_values(given: Set[str]) -> resnet_config.Fill:
-  """A fill: RUN_KEYS the user did not give, from model_dir's params.yaml when model_dir holds a checkpoint, so
-  that ``--mode=export --model_dir=RUN`` needs nothing repeated. A given value that contradicts the model stays an
-  error (model_dir's check)."""
+  """A fill: RUN_KEYS the user did not give, from model_dir's params.yaml (written when its training started, so an
+  eval job beside the training has it before the first checkpoint), so that ``--mode=export --model_dir=RUN``
+  needs nothing repeated. A given value that contradicts the model stays an error (model_dir's check)."""
   def fill(values: Mapping[str, Any]) -> Dict[str, Any]:
     model_dir = values['model_dir']
-    if not model_dir or not tf.train.latest_checkpoint(model_dir):
-      return {}
-    recorded = model_dir_lib.recorded_params(model_dir) or {}
-    taken = {k: recorded[k] for k in RUN_KEYS if k in recorded and k not in given and recorded[k] != values[k]}
+    recorded = (model_dir_lib.recorded_params(model_dir) if model_dir else None) or {}
+    skip = set(given) | (DATA_KEYS if given & DATA_KEYS else set())  # your data_dir or labels: the pair is yours
+    taken = {k: recorded[k] for k in RUN_KEYS if k in recorded and k not in skip and recorded[k] != values[k]}
     if taken:
       logging.info('From the run in %s (params.yaml): %s', model_dir,
                    ', '.join(f'{k}={v!r}' for k, v in sorted(taken.items())))

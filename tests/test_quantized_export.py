@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -152,3 +153,63 @@ def test_quantized_exports_need_the_runs_records(tmp_path):
                 tmp_path, 'synthetic')
   assert result.returncode != 0 and 'tflite_quantizations' in result.stderr and '--data_dir' in result.stderr
   assert not glob.glob(str(tmp_path / 'run' / 'model.ckpt-*'))   # refused before training
+
+
+def test_int8_input_and_output_tensors_compute_what_float_io_does(tmp_path):
+  """The runtime quantizes 0..255 images into the int8 input and dequantizes the int8 output: the same model with
+  float input and output answers the same within the int8 steps."""
+  model = _small_model()
+  calibration, _ = _images(16, seed=2)
+  images, _ = _images(12, seed=3)
+  float_io = litert_runtime.Model(tflite_export.convert(model, SIZE, tflite_export.Quantization('int8', calibration)))
+  int8_io = litert_runtime.Model(tflite_export.convert(
+      model, SIZE, tflite_export.Quantization('int8', calibration, int8_io=True)))
+  assert (float_io.input_type, int8_io.input_type) == ('float32', 'int8')
+  np.testing.assert_allclose(int8_io.probabilities(images), float_io.probabilities(images), atol=0.02)
+
+
+def test_without_ai_edge_litert_the_check_falls_back_to_tensorflow_and_says_so(monkeypatch, caplog):
+  model = _small_model()
+  flatbuffer = tflite_export.convert(model, SIZE)
+  images, _ = _images(3, seed=4)
+  expected = litert_runtime.Model(flatbuffer).probabilities(images)
+  monkeypatch.setitem(sys.modules, 'ai_edge_litert.interpreter', None)   # the import fails
+  monkeypatch.setattr(litert_runtime, '_WARNED', [])
+  fallback = litert_runtime.Model(flatbuffer)
+  assert fallback.runtime == 'TensorFlow tf.lite'
+  assert any('ai-edge-litert is not installed' in r.getMessage() for r in caplog.records)
+  np.testing.assert_allclose(fallback.probabilities(images), expected, atol=1e-6)
+
+
+def test_eval_predict_export_take_the_model_and_data_from_the_run_unless_given(tmp_path):
+  from resnet import run_params  # pylint: disable=import-outside-toplevel
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / 'params.yaml').write_text('resnet_depth: 18\nnum_label_classes: 5\ndata_dir: /data/of/the/run\n'
+                                   'image_size: 96\nprecision: float16\ntrain_batch_size: 4096\n')
+  given = run_params.make_params({'model_dir': str(run), 'image_size': 64}, fill_from_data=False,
+                                 from_run=['model_dir', 'image_size'])
+  assert (given.resnet_depth, given.num_label_classes, given.data_dir) == (18, 5, '/data/of/the/run')
+  assert given.image_size == 64                       # given: the user's value
+  defaults = resnet_config.RESNET_CFG   # how that run ran: not taken
+  assert (given.precision, given.train_batch_size) == (defaults['precision'], defaults['train_batch_size'])
+  from_config = run_params.make_params({'model_dir': str(run)}, config_files=['small_data'], fill_from_data=False,
+                                       from_run=['model_dir'])
+  assert from_config.image_size == run_params.params_files.read_params(
+      run_params.params_files.resolve_config_file('small_data')).image_size   # a config file counts as given
+  training = run_params.make_params({'model_dir': str(run)}, fill_from_data=False)   # train: nothing taken
+  assert training.resnet_depth == 50
+
+
+def test_the_measured_images_are_spread_over_the_split(tmp_path):
+  from resnet import run_params  # pylint: disable=import-outside-toplevel
+  from resnet.export import host_images  # pylint: disable=import-outside-toplevel
+  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=8, num_validation=16)
+  (tmp_path / 'data' / 'summary.json').write_text(json.dumps({'splits': {'validation': {'images': 16}}}))
+  params = run_params.make_params({'data_dir': data_dir, 'image_size': 32, 'model_dir': str(tmp_path / 'm')})
+  every, labels = host_images.host_images(params, 'validation', 16)
+  spread, spread_labels = host_images.host_images(params, 'validation', 4)
+  np.testing.assert_array_equal(spread_labels, labels[::4])
+  np.testing.assert_array_equal(spread, every[::4])
+  with pytest.raises(host_images.NoImagesError, match='test'):
+    host_images.host_images(params, 'test', 4)

@@ -78,8 +78,8 @@ def write_predictions(predictions, output: str, params: Params,
         row += [int(c), _name(names, int(c)), f'{float(probs[c]):.6f}']
       writer.writerow(row)
       rows += 1
-      if params.num_test_images and rows >= params.num_test_images:
-        break
+      if params.num_test_images and not params.predict_input and rows >= params.num_test_images:
+        break  # a subset of the test records; a glob of image files is predicted whole
   return rows
 
 
@@ -87,7 +87,8 @@ def _name(names: List[str], class_id: int) -> str:
   return names[class_id] if 0 <= class_id < len(names) else ''
 
 
-def tflite_predictions(path: str, input_fn, image_size: int, batch_size: int) -> Iterator[Dict[str, Any]]:
+def tflite_predictions(path: str, input_fn, image_size: int, batch_size: int,
+                       num_classes: int) -> Iterator[Dict[str, Any]]:
   """What ``Estimator.predict`` yields, computed by a .tflite file with LiteRT (``--predict_tflite``): the device's
   own numbers on the same images, preprocessed as eval does."""
   from resnet.export import litert_runtime  # pylint: disable=g-import-not-at-top
@@ -98,6 +99,10 @@ def tflite_predictions(path: str, input_fn, image_size: int, batch_size: int) ->
     model = litert_runtime.Model(path)
   except ValueError as e:
     raise ValueError(f'--predict_tflite={path} is not a TFLite model LiteRT can run: {e}') from e
+  classes = int(model.output['shape'][-1])
+  if classes != num_classes:
+    raise ValueError(f'{path} outputs {classes} classes, but this run has num_label_classes={num_classes}: predict '
+                     'with the run the file was exported from (--model_dir), or set --num_label_classes.')
   if model.image_size != image_size:
     raise ValueError(f'{path} takes {model.image_size}x{model.image_size} images, but this run preprocesses to '
                      f'{image_size}x{image_size}: set --eval_image_size={model.image_size}.')

@@ -17,8 +17,9 @@ class NoImagesError(ValueError):
 
 
 def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.ndarray, np.ndarray]:
-  """Up to ``count`` images [N, S, S, 3] float32 0..255 of ``split`` (in record order, eval preprocessing) and
-  their model class ids."""
+  """Up to ``count`` images [N, S, S, 3] float32 0..255 of ``split`` (eval preprocessing) and their model class
+  ids: every k-th record of the split when summary.json says it holds more than ``count`` (converted splits are in
+  class order, so the first ``count`` could cover a few classes only)."""
   if dataset_info.is_synthetic(params['data_dir']):
     raise NoImagesError('Quantized TFLite exports calibrate on the run\'s training records and are measured on its '
                         'validation records, and this run has none (data_dir unset: synthetic data). Set '
@@ -26,10 +27,15 @@ def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.n
   source = imagenet_input.ImageNetInput.from_params(
       params, split=split, is_training=False, dtype=tf.float32, include_filename=False,
       image_size=resnet_preprocessing.image_size(params, training=False))
-  images, labels, total = [], [], 0
+  info = source.dataset_info()
+  available = info.split_images(split) if info is not None else None
+  stride = max(1, int(available) // count) if available else 1
+  images, labels, total, index = [], [], 0, 0
   try:
     for batch_images, batch_labels in source.input_fn({'batch_size': BATCH}):
-      keep = batch_labels.numpy() >= 0  # the last batch's padding has label -1
+      positions = index + np.arange(len(batch_labels))
+      index += len(batch_labels)
+      keep = (batch_labels.numpy() >= 0) & (positions % stride == 0)  # padding has label -1
       images.append(batch_images.numpy()[keep])
       labels.append(batch_labels.numpy()[keep])
       total += int(keep.sum())

@@ -46,7 +46,9 @@ class Model:
     if dtype.kind in 'iu':  # quantized input: q = x / scale + zero_point
       scale, zero_point = self.input['quantization']
       info = np.iinfo(dtype)
-      image = np.clip(np.round(image / scale + zero_point), info.min, info.max)
+      scaled = image / scale
+      rounded = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)  # halves away from zero, as TFLite rounds
+      image = np.clip(rounded + zero_point, info.min, info.max)
     self.interpreter.set_tensor(self.input['index'], image[None].astype(dtype))
 
   def _read(self) -> np.ndarray:

@@ -204,7 +204,8 @@ def export_quantized(saved_model_dir: str, copy: keras.Model, float32_file: byte
       tflite_report.write(saved_model_dir, rows, count)
       advice = (f'calibrate on more training images (tflite_calibration_images, {len(calibration)} now; per-channel '
                 'weights are already on), or let ops that lose most run in float (--tflite_float_fallback=true)'
-                if kind == 'int8' else 'use float16, or full-integer int8 calibrated on your images')
+                if kind == 'int8' else 'export float32 or float16 instead (dynamic_int8 quantizes the weights '
+                'without calibration)')
       raise QuantizationError(
           f'{file_name(kind)} agrees with the SavedModel\'s top-1 on {row.agreement:.1%} of {count} validation images, '
           f'below tflite_min_agreement={quantized.min_agreement:g} (top-1 {row.top_1:.4f} vs '
