@@ -12,7 +12,9 @@ from resnet import resnet_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = [os.path.join(ROOT, 'README.md')] + sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
-TRAINER = re.compile(r'^(python3? resnet/resnet_main\.py|python3? -m resnet\.resnet_main|resnet-main)\b')
+# A trainer command, after any VAR=value prefixes (TF_CONFIG=... resnet-main ...).
+TRAINER = re.compile(r'^(?:[A-Z_][A-Z0-9_]*=\S+\s+)*(python3? resnet/resnet_main\.py|python3? -m resnet\.resnet_main'
+                     r'|resnet-main)\b')
 
 
 def _text(path: str) -> str:
@@ -22,7 +24,7 @@ def _text(path: str) -> str:
 
 def _commands(path: str):
   """(page, command line) for each trainer command in the page's bash blocks, continuation lines joined."""
-  for block in re.findall(r'```bash\n(.*?)```', _text(path), flags=re.S):
+  for block in re.findall(r'```(?:bash|sh|shell)?\n(.*?)```', _text(path), flags=re.S):
     for line in block.replace('\\\n', ' ').splitlines():
       line = line.strip()
       if TRAINER.match(line):
@@ -54,8 +56,8 @@ def test_each_trainer_command_parses_and_makes_valid_params(page, command, monke
   if any(a in argv for a in ('--mode=eval', '--mode=predict', '--mode=export')):   # they read a finished run
     run = _finished_run(tmp_path / 'run')
     argv = [f'--model_dir={run}' if a.startswith('--model_dir=') else a for a in argv]
-  argv = argv[argv.index('resnet/resnet_main.py') + 1:] if 'resnet/resnet_main.py' in argv else argv[
-      argv.index('resnet.resnet_main') + 1:] if 'resnet.resnet_main' in argv else argv[1:]
+  program = next(i for i, a in enumerate(argv) if a in ('resnet/resnet_main.py', 'resnet.resnet_main', 'resnet-main'))
+  argv = argv[program + 1:]
   flag_values = flags.FlagValues()
   resnet_flags.define_flags(flag_values)
   flag_values(['resnet_main'] + argv)   # unknown flags and badly typed values raise here

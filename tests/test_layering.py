@@ -140,7 +140,8 @@ def test_the_cycle_check_sees_a_cycle():
 
 
 FILE_ACCESS = re.compile(r'\bopen\(|os\.(listdir|walk|scandir|remove|rename|makedirs)\b|os\.path\.(isfile|isdir|exists)\b'
-                         r'|\bgfile\b|\bshutil\b')
+                         r'|\bgfile\b|\bshutil\b|\bpathlib\b|\bglob\.\w|^\s*import glob|^\s*from os(\.path)? import|\bio\.open\b',
+                         re.M)
 
 
 def test_params_reads_and_writes_no_files():
@@ -148,4 +149,6 @@ def test_params_reads_and_writes_no_files():
   offending = [f'{os.path.relpath(p, ROOT)}: {m.group(0)}' for p in glob.glob(os.path.join(ROOT, 'params', '*.py'))
                for m in FILE_ACCESS.finditer(open(p, encoding='utf-8').read())]
   assert offending == []
-  assert FILE_ACCESS.search('with open(path) as f:') and FILE_ACCESS.search('os.path.isfile(x)')
+  for access in ('with open(path) as f:', 'os.path.isfile(x)', 'from os import listdir', 'import pathlib',
+                 'glob.glob(p)'):
+    assert FILE_ACCESS.search(access), access
