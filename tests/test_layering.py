@@ -139,9 +139,9 @@ def test_the_cycle_check_sees_a_cycle():
   assert _cycle({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': set()}) == ['a', 'b', 'c', 'a']
 
 
-FILE_ACCESS = re.compile(r'\bopen\(|os\.(listdir|walk|scandir|remove|rename|makedirs)\b|os\.path\.(isfile|isdir|exists)\b'
-                         r'|\bgfile\b|\bshutil\b|\bpathlib\b|\bglob\.\w|^\s*import glob|^\s*from os(\.path)? import|\bio\.open\b',
-                         re.M)
+FILE_ACCESS = re.compile(
+    r'\bopen\(|\bio\.open\b|os\.(listdir|walk|scandir|remove|rename|makedirs)\b|os\.path\.(isfile|isdir|exists)\b'
+    r'|^\s*from os(\.path)? import|\bgfile\b|\bshutil\b|\bpathlib\b|\bglob\.\w|^\s*import glob', re.M)
 
 
 def test_params_reads_and_writes_no_files():
