@@ -99,6 +99,13 @@ PARAMS: Tuple[Param, ...] = (
       choices=PRECISIONS),
     P('jit_compile', False, 'XLA-compile each replica step of train, eval and predict (faster on GPU; slower on '
       'CPU; TPUs always compile).'),
+    P('conv1x1_filter_grad', 'auto', "How 1x1 convs get their weight gradient: 'matmul' (one matmul, x^T dy), "
+      "'conv' (TensorFlow's backward-weights convolution), 'auto' = matmul for bfloat16 on CPUs with AMX (measured "
+      'faster there), else conv. The same gradient up to summation order; forward results do not change.',
+      choices=('auto', 'matmul', 'conv'), modes=TRAINING),
+    P('residual_add_relu', 'auto', "Each block's final relu(x + shortcut) in training: 'xla' (one XLA-compiled "
+      "function), 'ops' (TensorFlow's Add and Relu), 'auto' = xla for bfloat16 on CPUs with AMX (measured faster "
+      'there), else ops. The same results either way.', choices=('auto', 'xla', 'ops'), modes=TRAINING),
     # --- data ---
     P('data_dir', None, "Directory of train-*/validation-*/test-* TFRecords (local or gs://); unset or 'null' = "
       'synthetic data.', str),

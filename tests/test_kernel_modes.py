@@ -13,6 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each numeric claim's tests; the default-mode suite runs the same ids.
 NUMERIC_CLAIMS = (
     'tests/test_loss_gradients.py',                                  # step gradients, every target kind
+    'tests/test_cpu_kernels.py::test_matmul_filter_grad_equals_the_convolution_gradient',  # bf16's CPU kernels
+    'tests/test_cpu_kernels.py::test_bfloat16_matmul_gradient_is_as_accurate_as_the_convolution',
+    'tests/test_cpu_kernels.py::test_residual_add_relu_compiles_in_training_only_and_equals_the_ops',
     'tests/test_recipe.py::test_accumulated_micro_batches_make_the_same_update_as_one_batch',
     'tests/test_recipe.py::test_mixup_and_cutmix_change_the_update_and_stay_seeded',
     'tests/test_eval_report.py::test_class_weighted_loss_equals_the_hand_computed_one',

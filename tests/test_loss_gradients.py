@@ -34,6 +34,9 @@ CASES = {  # name: params overrides
     'weighted_mixed': dict(class_weights=WEIGHTS, mixup_alpha=1.0, label_smoothing=0.1),
     'weighted_mixed_weight_sum': dict(class_weights=WEIGHTS, mixup_alpha=1.0,
                                       class_weight_normalization='weight_sum'),
+    # bfloat16's CPU kernels forced in float32: the strided 1x1 projections' matmul gradient and the XLA add + ReLU
+    # inside the distributed step (tests/test_cpu_kernels.py checks them against TensorFlow's own).
+    'cpu_kernels': dict(conv1x1_filter_grad='matmul', residual_add_relu='xla', label_smoothing=0.1),
 }
 
 
@@ -130,7 +133,7 @@ def test_one_device_step_gradient_equals_the_hand_formulation(tmp_path, case):
   _assert_close(real, expected, 2e-3)
 
 
-@pytest.mark.parametrize('case', ['weighted_mixed', 'weighted_weight_sum', 'smoothed'])
+@pytest.mark.parametrize('case', ['weighted_mixed', 'weighted_weight_sum', 'smoothed', 'cpu_kernels'])
 def test_two_replica_step_gradient_equals_the_hand_formulation(tmp_path, case):
   real, expected, _ = _real_and_expected(tmp_path, case, replicas=2)
   _assert_close(real, expected, 2e-3)

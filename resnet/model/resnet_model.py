@@ -58,7 +58,8 @@ from params.architectures import (  # pylint: disable=g-multiple-import
     check_norm_act_layer, check_se_ratio, variant_problem)
 from resnet.model.layers import (  # pylint: disable=g-multiple-import
     DROPBLOCK_VARIABLE_NAME, GROUP_FILTERS, GROUP_STRIDES, RESNETD_STEM_FILTERS, STAGE_ATTRIBUTE, STEM_FILTERS,
-    BorderPadding, DropBlock, Dropout, EvoNorm, FusedBatchNormalization, NormalizeImages, StochasticDepth,
+    BorderPadding, Conv2D, DropBlock, Dropout, EvoNorm, FusedBatchNormalization, NormalizeImages, ResidualAddReLU,
+    StochasticDepth,
     drop_connect_rate_for_group, se_filters)
 
 
@@ -73,8 +74,11 @@ class _Builder:
   def __init__(self, data_format: str, bn_momentum: float, bn_epsilon: float, dtype_policy,
                dropblock_keep_prob_var, dropblock_groups: Sequence[int], dropblock_size: int,
                norm_act_layer: str = 'bn_relu', se_ratio: float | None = None, resnetd_shortcut: bool = False,
-               stride_in_1x1: bool = False, projection_shortcut: str = 'every_group'):
+               stride_in_1x1: bool = False, projection_shortcut: str = 'every_group',
+               matmul_filter_grad: bool = False, xla_add_relu: bool = False):
     self.data_format = data_format
+    self.matmul_filter_grad = matmul_filter_grad
+    self.xla_add_relu = xla_add_relu
     self.channel_axis = -1 if data_format == 'channels_last' else 1
     self.bn_momentum = bn_momentum
     self.bn_epsilon = bn_epsilon
@@ -113,10 +117,11 @@ class _Builder:
       pad = (pad_beg, pad_total - pad_beg)
       x = keras.layers.ZeroPadding2D((pad, pad), data_format=self.data_format, dtype=self.dtype,
                                      name=f'{name}_pad')(x)
-    return self._register(keras.layers.Conv2D(
+    return self._register(Conv2D(
         filters, kernel_size, strides=strides, padding='same' if strides == 1 else 'valid', use_bias=use_bias,
         kernel_initializer=keras.initializers.VarianceScaling(1.0, 'fan_in', 'truncated_normal'),
-        bias_initializer='zeros', data_format=self.data_format, dtype=self.dtype, name=name))(x)
+        bias_initializer='zeros', data_format=self.data_format, dtype=self.dtype, name=name,
+        matmul_filter_grad=self.matmul_filter_grad))(x)
 
   def norm(self, x, relu: bool = True, zero_gamma: bool = False):
     """The normalisation-activation layer: BN (+ ReLU), or an EvoNorm (``relu=False``: its affine part only)."""
@@ -178,6 +183,9 @@ class _Builder:
                      name=f'{name}_dropblock')(x)
 
   def add(self, x, shortcut, name: str, relu: bool):
+    if relu and self.xla_add_relu:  # two layers as before, so every layer keeps its position in checkpoints
+      x = ResidualAddReLU(dtype=self.dtype, name=f'{name}_add')([x, shortcut])
+      return keras.layers.Identity(dtype=self.dtype, name=f'{name}_out')(x)
     x = keras.layers.Add(dtype=self.dtype, name=f'{name}_add')([x, shortcut])
     return keras.layers.ReLU(dtype=self.dtype, name=f'{name}_out')(x) if relu else x
 
@@ -277,7 +285,9 @@ def resnet(resnet_depth: int,
            stride_in_1x1: bool = False,
            stem_pool_padding: str = 'same',
            input_normalization: str = 'imagenet',
-           projection_shortcut: str = 'every_group') -> keras.Model:
+           projection_shortcut: str = 'every_group',
+           matmul_filter_grad: bool = False,
+           xla_add_relu: bool = False) -> keras.Model:
   """Builds the ResNet: NHWC 0..255 images -> float32 logits [N, num_classes]; call with ``training=``.
 
   Args:
@@ -307,6 +317,10 @@ def resnet(resnet_depth: int,
     norm_act_layer: 'bn_relu', 'evonorm_b0' or 'evonorm_s0'; EvoNorm needs pre_activation=True.
     stride_in_1x1, stem_pool_padding, input_normalization, projection_shortcut: the ``Variant`` of pretrained
       weights from other frameworks (params/architectures.py); ``model.variant`` records them with bn_epsilon.
+    matmul_filter_grad: 1x1 convs take their weight gradient from a matmul (``layers.Conv2D``; channels_last):
+      the same gradient, faster in bfloat16 on CPUs. Forward results and variables do not change.
+    xla_add_relu: each v1 block's final ``relu(x + shortcut)`` runs as one XLA-compiled function in training
+      (``layers.ResidualAddReLU``): the same results, faster in bfloat16 on CPUs.
   """
   spec = architecture(resnet_depth)
   if data_format not in ('channels_last', 'channels_first'):
@@ -332,7 +346,8 @@ def resnet(resnet_depth: int,
                                    autocast=False, aggregation='only_first_replica', name=DROPBLOCK_VARIABLE_NAME)
   b = _Builder(data_format, bn_momentum, bn_epsilon, dtype_policy, keep_prob_var, groups, dropblock_size,
                norm_act_layer=norm_act_layer, se_ratio=se_ratio, resnetd_shortcut=resnetd_shortcut,
-               stride_in_1x1=stride_in_1x1, projection_shortcut=projection_shortcut)
+               stride_in_1x1=stride_in_1x1, projection_shortcut=projection_shortcut,
+               matmul_filter_grad=matmul_filter_grad, xla_add_relu=xla_add_relu)
   block_fn = _BLOCK_FNS[spec.kind]
 
   images = keras.Input((image_size, image_size, 3), name='images')
@@ -395,6 +410,10 @@ def resnet(resnet_depth: int,
                                       ('drop_connect_rate', drop_connect_rate)) if v]
   if norm_act_layer != 'bn_relu':
     options.append(norm_act_layer)
+  if matmul_filter_grad and data_format == 'channels_last':
+    options.append('1x1 weight gradients as matmuls')
+  if xla_add_relu and not pre_activation:
+    options.append('residual add + ReLU in XLA')
   options += [f'{k}={v}' for k, v in variant.params().items() if k != 'bn_epsilon' and v != getattr(Variant, k)]
   logging.info('Built ResNet-%d (%s, %s%s%s): %d convs, %d BNs, %d EvoNorms, %d weights.', resnet_depth, spec.kind,
                data_format, ', v2' if pre_activation else '', ''.join(', ' + o for o in options), b.num_convs,

@@ -10,6 +10,7 @@ Everything inside the replica step is TPU-clean: numeric dtypes only (no float64
 (The label range check is an Assert: XLA compiles it to nothing, so on TPUs the input pipeline's check is the one.)
 """
 import contextlib
+import functools
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
@@ -68,7 +69,31 @@ def _build_resnet(params: Mapping[str, Any]) -> keras.Model:
       stride_in_1x1=params['stride_in_1x1'],
       stem_pool_padding=params['stem_pool_padding'],
       input_normalization=params['input_normalization'],
-      projection_shortcut=params['projection_shortcut'])
+      projection_shortcut=params['projection_shortcut'],
+      matmul_filter_grad=cpu_kernel_choice(params, 'conv1x1_filter_grad', 'matmul'),
+      xla_add_relu=cpu_kernel_choice(params, 'residual_add_relu', 'xla'))
+
+
+def cpu_kernel_choice(params: Mapping[str, Any], name: str, faster: str) -> bool:
+  """Whether the param ``name`` picks its ``faster`` form (conv1x1_filter_grad's matmul, residual_add_relu's xla).
+  'auto' picks it where it was measured faster: bfloat16 on CPUs with AMX (docs/performance.md). GPUs and TPUs keep
+  the kernels they have, float32 too (there the matmul gradient was slower), and so do CPUs without AMX, where
+  neither was measured (the benchmark's kernel rows measure them on yours)."""
+  choice = params[name]
+  if choice != 'auto':
+    return choice == faster
+  accelerators = tf.config.list_logical_devices('GPU') + tf.config.list_logical_devices('TPU')
+  return params['precision'] == 'bfloat16' and not accelerators and cpu_has_amx()
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_has_amx() -> bool:
+  """Whether this CPU has AMX bfloat16 tiles (Linux /proc/cpuinfo's amx_bf16 flag; False where unreadable)."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      return 'amx_bf16' in f.read().split()
+  except OSError:
+    return False
 
 
 def build_optimizer(params: Mapping[str, Any], model: keras.Model) -> keras.optimizers.Optimizer:
