@@ -203,6 +203,31 @@ def test_analysis_of_fast_input_capture_says_not_input_bound(tmp_path):
   assert report.verdict.startswith('not input-bound:'), profile_analysis.format_report(report)
 
 
+def test_op_breakdown_says_what_the_step_is_made_of(tmp_path):
+  runner = FakeRunner(str(tmp_path), size=256)  # eight 256x256 matmuls per step
+  runner.train(max_steps=12, hooks=[ProfilerHook(profile_steps='3,11')], iterations_per_loop=4)
+  breakdown = profile_analysis.op_breakdown(str(tmp_path))
+  assert next(iter(breakdown.categories)) == 'matmul', breakdown.categories
+  assert abs(sum(breakdown.categories.values()) - 100.0) < 1e-6 and breakdown.total_ms > 0
+  assert 'MatMul' in breakdown.op_types[0][0]
+  text = profile_analysis.format_op_breakdown(breakdown)
+  assert text.startswith('Op time (') and 'matmul' in text and 'Top op types:' in text
+
+
+@pytest.mark.parametrize('op_type,name,category', [
+    ('_MklNativeConv2DBackpropFilter', 'gradient_tape/resnet/conv2d_4/Conv2DBackpropFilter', 'convolution'),
+    ('_MklNativeFusedBatchNormGradV3', 'gradient_tape/bn/FusedBatchNormGradV3', 'batch norm'),
+    ('ReluGrad', 'gradient_tape/block_out/ReluGrad', 'activation'),
+    ('Mul', 'momentum/Mul_12', 'optimizer'),
+    ('AddN', 'AddN_3', 'elementwise and reductions'),
+    ('StridedSlice', 'strided_slice_1', 'layout and copies'),
+    ('_MklMatMul', 'gradient_tape/MatMul', 'matmul'),
+    ('SomethingNew', 'x', 'other'),
+])
+def test_op_categories(op_type, name, category):
+  assert profile_analysis.op_category(op_type, name) == category
+
+
 def test_analysis_leaves_no_cache_files_next_to_the_profile(input_bound_run):
   run_dir = _runs(input_bound_run['model_dir'])[0]
   before = sorted(os.listdir(run_dir))
@@ -243,7 +268,7 @@ def _run_tool(args: Sequence[str], timeout: float) -> subprocess.CompletedProces
 def test_profile_report_tool_prints_verdict_and_exits_1_without_steps(input_bound_run, tmp_path):
   done = _run_tool(['tools.profile_report', f'--logdir={input_bound_run["model_dir"]}'], timeout=60)
   assert done.returncode == 0, done.stderr
-  assert 'Verdict: input-bound' in done.stdout
+  assert 'Verdict: input-bound' in done.stdout and 'Op time (' in done.stdout
 
   _capture_unmarked(str(tmp_path), loop_steps=1, marked=False)
   done = _run_tool(['tools.profile_report', f'--logdir={tmp_path}'], timeout=60)

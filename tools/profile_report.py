@@ -1,4 +1,5 @@
-"""Prints a text verdict for a captured profile: step time, % waiting on input, what to try first.
+"""Prints a text verdict for a captured profile: step time, % waiting on input, what to try first, and what the
+step is made of (op time by category and by op type).
 
   python -m tools.profile_report --logdir=<model_dir | model_dir/plugins/profile | run dir | host.xplane.pb>
       [--run=2026_11_20_22_52_05]
@@ -37,6 +38,10 @@ def report(path: str, run: Optional[str] = None, out: TextIO = sys.stdout, err: 
     print(f'profile_report: {e}', file=err)
     return 1
   print(profile_analysis.format_report(result), file=out)
+  try:
+    print(profile_analysis.format_op_breakdown(profile_analysis.op_breakdown(path, run=run)), file=out)
+  except profile_analysis.ProfileAnalysisError as e:
+    print(f'No op breakdown: {e}', file=out)
   return 0
 
 

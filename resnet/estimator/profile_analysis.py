@@ -247,6 +247,76 @@ def analyze_profile(path: str, run: Optional[str] = None, keep_cache: bool = Fal
 analyze = analyze_profile  # short alias (resnet_main calls profile_analysis.analyze)
 
 
+# Op categories of the breakdown, by TensorFlow op type (oneDNN's _MklNative* / _MklFused* names included), checked
+# in order; an op whose name lies under an optimizer's scope is 'optimizer' whatever its type.
+_OP_CATEGORIES = (
+    ('convolution', ('Conv2D', 'Conv3D', 'DepthwiseConv')),
+    ('matmul', ('MatMul', 'Einsum')),
+    ('batch norm', ('FusedBatchNorm',)),
+    ('activation', ('Relu', 'Sigmoid', 'Tanh', 'Elu', 'Gelu', 'Swish')),
+    ('pooling', ('Pool',)),
+    ('cast', ('Cast',)),
+    ('layout and copies', ('Transpose', 'Pad', 'Slice', 'Concat', 'Tile', 'Reshape', 'Identity', 'Copy', 'Reorder',
+                           'Pack', 'Gather', 'Select')),
+    ('input', ('Dataset', 'Iterator')),
+    ('elementwise and reductions', ('Add', 'Sub', 'Mul', 'Div', 'Square', 'Sqrt', 'Rsqrt', 'Sum', 'Mean', 'Max',
+                                    'Min', 'Neg', 'L2Loss', 'Exp', 'Log', 'Softmax', 'Xent', 'Floor', 'Greater',
+                                    'Less', 'Equal', 'Minimum', 'Maximum')),
+)
+OPTIMIZER_SCOPES = ('momentum', 'lars', 'SGD', 'sgd', 'adam', 'loss_scale_optimizer')
+
+
+def op_category(op_type: str, op_name: str, optimizer_scopes: Sequence[str] = OPTIMIZER_SCOPES) -> str:
+  """The breakdown category of one op ('other' when none fits)."""
+  if op_name.split('/', 1)[0] in optimizer_scopes or 'ApplyGradient' in op_type or op_type.startswith('ResourceApply'):
+    return 'optimizer'
+  for category, markers in _OP_CATEGORIES:
+    if any(m in op_type for m in markers):
+      return category
+  return 'other'
+
+
+@dataclasses.dataclass(frozen=True)
+class OpBreakdown:
+  """Where a profile's op time went: host + device self time of every op, idle time left out."""
+  total_ms: float
+  categories: Dict[str, float]           # category -> % of the op time, largest first
+  op_types: Tuple[Tuple[str, float, float], ...]  # (op type, ms, % of the op time), largest first
+
+
+def op_breakdown(path: str, run: Optional[str] = None, keep_cache: bool = False,
+                 optimizer_scopes: Sequence[str] = OPTIMIZER_SCOPES) -> OpBreakdown:
+  """Op self times of a profile run by category and by op type (xprof's framework_op_stats, the table behind
+  TensorBoard's 'TensorFlow Stats'). Shares are of all ops' self time, which on a CPU is the time the cores
+  computed; they tell what a step is made of, not how long it took. Functions compiled by XLA inside the step
+  (jit_compile, residual_add_relu=xla) are not in that table on CPUs, so their time is missing here."""
+  _, files = find_xplane_files(path, run)
+  tables = convert_tool(files, 'framework_op_stats', keep_cache=keep_cache)
+  rows = [r for r in _rows(_find_table(tables, 'total_self_time'))
+          if r.get('type') and r.get('type') != 'IDLE' and (r.get('total_self_time') or 0) > 0]
+  if not rows:
+    raise ProfileAnalysisError(f'the profile in {path} has no op times (framework_op_stats is empty)')
+  by_type: Dict[str, float] = {}
+  by_category: Dict[str, float] = {}
+  for r in rows:
+    us = float(r['total_self_time'])
+    by_type[str(r['type'])] = by_type.get(str(r['type']), 0.0) + us
+    category = op_category(str(r['type']), str(r.get('operation') or ''), optimizer_scopes)
+    by_category[category] = by_category.get(category, 0.0) + us
+  total = sum(by_type.values())
+  categories = dict(sorted(((k, 100.0 * v / total) for k, v in by_category.items()), key=lambda kv: -kv[1]))
+  op_types = tuple(sorted(((k, v / 1000.0, 100.0 * v / total) for k, v in by_type.items()), key=lambda t: -t[1]))
+  return OpBreakdown(total_ms=total / 1000.0, categories=categories, op_types=op_types)
+
+
+def format_op_breakdown(breakdown: OpBreakdown, top: int = 12) -> str:
+  categories = ', '.join(f'{name} {share:.1f}%' for name, share in breakdown.categories.items())
+  types = ', '.join(f'{name} {share:.1f}%' for name, _, share in breakdown.op_types[:top])
+  return (f'Op time ({breakdown.total_ms:.0f} ms of op self time; XLA-compiled functions not counted): '
+          f'{categories}\n'
+          f'Top op types: {types}')
+
+
 def format_report(report: ProfileReport) -> str:
   """A short multi-line text for logs and the report tool."""
   breakdown = ', '.join(f'{name} {share:.1f}%' for name, share in report.breakdown_percent.items())
