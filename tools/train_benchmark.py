@@ -1,9 +1,10 @@
-r"""Training benchmark: our Estimator vs Keras ``fit``, the costs of XLA and determinism, model FLOP utilisation, and
-real vs synthetic input, in one run.
+r"""Training benchmark: our Estimator vs Keras ``fit`` and PyTorch, against ceilings measured in the same run, the
+costs of XLA and determinism, and real vs synthetic input, in one run.
 
   python -m tools.train_benchmark --markdown    # docs/performance.md's table: ResNet-50, 224 px, batch 32, fp32+bf16
   python -m tools.train_benchmark --quick              # ResNet-50 at 128 px, fewer steps
   python -m tools.train_benchmark --data_dir=DIR       # real-data row on your own TFRecords (train-*)
+  python -m tools.train_benchmark --torch_python=/path/to/venv/bin/python   # PyTorch rows from a scratch venv
 
 Rows, per precision, in this order (each compared with a neighbour measured in the same run):
 - ``keras``: what a user writes: ``keras.applications.ResNet<depth>(weights=None)``, ``compile`` with SGD momentum
@@ -16,6 +17,8 @@ Rows, per precision, in this order (each compared with a neighbour measured in t
 - ``ours`` on JPEG records (one precision), against ``ours`` on synthetic batches.
 - ``ours_det``: seeded, with deterministic ops turned on as ``resnet_main --random_seed`` does; they stay on
   process-wide and for good, so it runs last, in a child process by default, against ``ours``.
+- ``torch``: torchvision's ResNet of the same depth, image size, batch and precision, trained eagerly in a child
+  process with the Python that has torch (never a dependency): ``ours`` is rated against it ("vs PyTorch").
 
 How it measures:
 - Warm-up (tracing, XLA compilation, oneDNN primitive creation) runs first and is never timed. Every row is timed
@@ -26,15 +29,15 @@ How it measures:
   windows are measured by a batch callback. Both Keras rows get the very same synthetic batch our rows train on,
   as float32.
 - Utilisation uses the analytic count ``plan.count_flops`` (forward = 2 x multiply-adds of convs + dense;
-  training = 3 x forward) against a peak derived from the CPU (cores x clock x FLOPs/cycle from the vector ISA).
-  A 2048^3 matmul is measured too: /proc/cpuinfo gives the nominal clock, and when the matmul beats the
-  nominal-clock peak (boost), the clock is raised to the lowest one explaining it (utilisations become upper
-  bounds, and the report says so). ``--peak_clock_ghz`` fixes the clock instead.
+  training = 3 x forward) against ceilings measured in the same run (ceilings.py): TensorFlow's fp32 and bf16
+  2048^3 matmul and a ResNet 3x3 conv; every row shows its share of the conv ceiling of its precision. A peak
+  from the nominal clock is printed beside them, for reference only.
 - Timings on a shared machine are noisy: every row reports the share of the cores used by other processes during
   its timed windows (from /proc/stat); more than 10% prints a noise warning.
 
-Code: tools/train_bench/ (machine: peak and load; rows: config, rows, ratios; measure: one row; child: the
-determinism row's process; suite: the run; report: the text). This module is the command line.
+Code: tools/train_bench/ (machine: CPU and load; ceilings: measured kernels; rows: config, rows, ratios; measure:
+one row; child: the determinism and PyTorch rows' processes; torch_row: the PyTorch row; suite: the run; report:
+the text). This module is the command line.
 """
 import os
 import shlex
@@ -87,6 +90,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_list('determinism_precisions', ['bfloat16'], 'Precisions with a seeded, deterministic-ops '
                     'row (empty: none); each must be in --precisions. Default: the default '
                     'training precision.', flag_values=fv)
+  flags.DEFINE_list('kernel_precisions', ['bfloat16'], 'Precisions with rows that turn one of bfloat16\'s CPU '
+                    'kernels back to TensorFlow\'s own (conv1x1_filter_grad=conv, residual_add_relu=ops), each '
+                    'against ours: what each bought (empty: none); each must be in --precisions.', flag_values=fv)
   flags.DEFINE_list('recipe_precisions', ['bfloat16'], 'Precisions with rows for mixup 0.2 + CutMix 1.0 and for '
                     'gradient_accumulation_steps=2, each against ours (empty: none); each must be in --precisions.',
                     flag_values=fv)
@@ -98,10 +104,14 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       'are written to a temp dir.', flag_values=fv)
   flags.DEFINE_bool('profile', False, 'Capture a short profile of the real-data run and print its input-wait %.',
                     flag_values=fv)
-  flags.DEFINE_float('peak_clock_ghz', None, "CPU clock for the peak (default: /proc/cpuinfo 'cpu MHz').",
-                     flag_values=fv)
-  flags.DEFINE_bool('gemm_check', True, 'Measure a 2048^3 matmul as a sanity check of the assumed peak.',
-                    flag_values=fv)
+  flags.DEFINE_float('peak_clock_ghz', None, "CPU clock of the reference-only clock-derived peak (default: "
+                     "/proc/cpuinfo 'cpu MHz').", flag_values=fv)
+  flags.DEFINE_bool('ceilings', True, "Measure TensorFlow's fp32 and bf16 matmul and conv throughput at the start "
+                    'and end of the run; rows are rated against the conv ceiling.', flag_values=fv)
+  flags.DEFINE_bool('torch', True, "PyTorch rows (torchvision's ResNet, eager) where a Python with torch and "
+                    'torchvision is found (--torch_python, else this one).', flag_values=fv)
+  flags.DEFINE_string('torch_python', '', 'Python of a scratch environment with torch and torchvision, for the '
+                      'PyTorch rows (torch is never a dependency of this project).', flag_values=fv)
   flags.DEFINE_bool('quick', False, 'A fast look: ResNet-50 at 128 px, 5 timed steps, 2 warm-up (explicit flags '
                     'win).', flag_values=fv)
   flags.DEFINE_bool('markdown', False, "Also print docs/performance.md's markdown table, the machine and this command.",
@@ -116,10 +126,10 @@ def config_from_flags(fv: flags.FlagValues = flags.FLAGS) -> BenchConfig:
   values = {name: fv[name].value for name in ('resnet_depth', 'image_size', 'batch_size', 'steps', 'warmup_steps',
                                                'repeats', 'keras', 'keras_application', 'keras_xla', 'keras_ours',
                                                'determinism_mode', 'real_data', 'data_dir', 'profile',
-                                               'peak_clock_ghz', 'gemm_check')}
+                                               'peak_clock_ghz', 'ceilings', 'torch', 'torch_python')}
   if fv['quick'].value:
     values.update({k: v for k, v in QUICK.items() if not fv[k].present})
-  for name in ('precisions', 'xla_precisions', 'determinism_precisions', 'recipe_precisions'):
+  for name in ('precisions', 'xla_precisions', 'determinism_precisions', 'recipe_precisions', 'kernel_precisions'):
     values[name] = _precision_list(fv[name].value)
   return BenchConfig(**values)
 

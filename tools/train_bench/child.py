@@ -1,15 +1,18 @@
-"""The determinism row in a child process: deterministic ops, once on, stay on for the whole process.
+"""Rows in child processes: the determinism row, and the PyTorch rows.
 
 TensorFlow cannot turn deterministic ops off again, so a row that turns them on in the benchmark's own process
-would slow every row measured after it; a fresh process keeps them there. Protocol: the parent passes a JSON spec
-(config, precision, output path) as the child's only argument; the child writes the measured Row there as JSON.
+would slow every row measured after it; a fresh process keeps them there. The PyTorch rows run in the Python that
+has torch (torch_row.py says why). Protocol: the parent passes a JSON spec (what to measure, an output path) as
+the child's only argument; the child writes the measured row there as JSON.
 """
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from typing import Optional, Tuple
 
 from tools.train_bench import measure
 from tools.train_bench.rows import BenchConfig, Row, row_name
@@ -41,3 +44,37 @@ def child_main(spec: str) -> None:
                               deterministic=values['deterministic'])
   with open(values['out'], 'w') as f:
     json.dump(dataclasses.asdict(row), f)
+
+
+def find_torch_python(cfg: BenchConfig) -> Tuple[Optional[str], str]:
+  """(the Python that runs the PyTorch rows, or None; why not). ``--torch_python`` wins; else this Python when it
+  can import torch and torchvision (checked without importing them here)."""
+  if not cfg.torch:
+    return None, 'PyTorch rows off (--torch=false)'
+  if cfg.torch_python:
+    if not os.access(cfg.torch_python, os.X_OK):
+      raise ValueError(f'--torch_python={cfg.torch_python} is not an executable Python; point it at the python of '
+                       'an environment with torch and torchvision (e.g. /path/to/venv/bin/python).')
+    return cfg.torch_python, ''
+  if importlib.util.find_spec('torch') and importlib.util.find_spec('torchvision'):
+    return sys.executable, ''
+  return None, ('No PyTorch rows: this Python cannot import torch and torchvision. Install them in a scratch '
+                'environment (never this project\'s) and pass --torch_python=/path/to/that/bin/python.')
+
+
+def torch_row_in_subprocess(cfg: BenchConfig, precision: str, python: str) -> Row:
+  """torch_row.measure in ``python``: torchvision's ResNet of the same depth, image size, batch and precision."""
+  with tempfile.TemporaryDirectory(prefix='train-benchmark-torch-') as tmp:
+    out = os.path.join(tmp, 'row.json')
+    spec = json.dumps({'resnet_depth': cfg.resnet_depth, 'image_size': cfg.image_size, 'batch_size': cfg.batch_size,
+                       'num_classes': cfg.num_classes, 'precision': precision, 'steps': cfg.steps,
+                       'warmup_steps': cfg.warmup_steps, 'repeats': cfg.repeats, 'seed': cfg.seed, 'out': out})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get('PYTHONPATH')) if p))
+    proc = subprocess.run([python, '-m', 'tools.train_bench.torch_row', spec], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not os.path.exists(out):
+      raise RuntimeError(f'The PyTorch {precision} row failed in {python} (exit code {proc.returncode}); its stderr '
+                         f'ends with:\n{proc.stderr[-3000:]}')
+    with open(out) as f:
+      values = json.load(f)
+  return Row(name=row_name(cfg, 'torch'), kind='torch', precision=precision, data='synthetic', **values)

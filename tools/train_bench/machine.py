@@ -1,7 +1,9 @@
-"""The machine under the benchmark: its assumed peak FLOP/s, and how busy it is (ours vs other processes).
+"""The machine under the benchmark: what it is (cores, ISA, bf16 and AMX support, a peak from its nominal clock),
+and how busy it is (ours vs other processes).
 
-Why here: a utilisation is only as good as its peak, and a timing on a shared machine only as good as the share of
-the cores it had; both are read from /proc (cpuinfo, stat), independent of what is being trained.
+Why here: a timing on a shared machine is only as good as the share of the cores it had; both are read from /proc
+(cpuinfo, stat), independent of what is being trained. The rows are rated against measured ceilings
+(ceilings.py); the clock-derived peak is printed beside them only, because its clock and pipes are assumptions.
 """
 import dataclasses
 import os
@@ -9,7 +11,7 @@ import re
 import resource
 import statistics
 import time
-from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 
 # ------------------------------------------------------------------------------------------------ peak FLOP/s
@@ -26,7 +28,7 @@ class CpuPeak:
   fp32_flops_per_cycle: int      # per core
   has_bf16: bool
   assumption: str
-  nominal_clock_ghz: Optional[float] = None   # set when the clock was raised to explain a measured matmul
+  has_amx: bool = False    # AMX tiles for bf16 (Sapphire Rapids and later): bf16 matmuls far past 2x fp32
 
   @property
   def fp32_gflops(self) -> float:
@@ -43,11 +45,8 @@ class CpuPeak:
             f'{self.fp32_flops_per_cycle} fp32 FLOPs/cycle/core ({self.assumption}) = '
             f'{self.fp32_gflops:.1f} GFLOP/s fp32; {bf16} = {self.bf16_gflops:.1f} GFLOP/s. CPU: {self.vendor} '
             f'family {self.family if self.family is not None else "?"} "{self.model_name}", ISA {self.isa}.')
-    if self.nominal_clock_ghz:
-      nominal = self.cores * self.nominal_clock_ghz * self.fp32_flops_per_cycle
-      text += (f' At the nominal {self.nominal_clock_ghz:.3f} GHz the fp32 peak would be {nominal:.1f} GFLOP/s, '
-               f'which the measured matmul beats: the cores run faster (boost), and since the true clock may be '
-               f'higher still, the utilisations below are upper bounds.')
+    if self.has_amx:
+      text += ' AMX (amx_bf16): the bf16 figure leaves out the AMX tiles, which do far more.'
     return text
 
 
@@ -115,43 +114,7 @@ def detect_peak(cpuinfo_text: Optional[str] = None, cores: Optional[int] = None,
     isa, per_cycle, assumption = 'SSE/unknown', 4 * 2, '4 fp32 lanes x (1 add + 1 mul)'
   return CpuPeak(cores=cores, clock_ghz=clock, clock_source=source, vendor=vendor, family=family,
                  model_name=model_name, isa=isa, fp32_flops_per_cycle=per_cycle,
-                 has_bf16='avx512_bf16' in cpu_flags, assumption=assumption)
-
-
-def raise_clock_to_gemm(peak: CpuPeak, gemm: Mapping[str, float]) -> CpuPeak:
-  """A peak no lower than what a measured matmul reaches.
-
-  /proc/cpuinfo's 'cpu MHz' is the nominal clock (in a VM, usually the TSC); boost runs faster. A matmul above the
-  nominal-clock peak proves it, so the clock becomes the lowest one explaining the matmul at 100% efficiency: a
-  lower bound of the true clock, which makes the utilisations upper bounds (the report says so).
-  An explicit --peak_clock_ghz is kept as given.
-  """
-  if peak.clock_source == '--peak_clock_ghz' or not gemm:
-    return peak
-  per_cycle = {p: peak.cores * peak.fp32_flops_per_cycle * (2 if p == 'bfloat16' and peak.has_bf16 else 1)
-               for p in gemm}
-  implied = max(g / per_cycle[p] for p, g in gemm.items())
-  if implied <= peak.clock_ghz:
-    return peak
-  return dataclasses.replace(peak, clock_ghz=implied, nominal_clock_ghz=peak.clock_ghz,
-                             clock_source='lowest clock explaining the measured matmul')
-
-
-def measure_gemm_gflops(dtype: str, n: int = 2048, repeats: int = 3) -> float:
-  """Best-of GFLOP/s of an n x n matmul: what oneDNN reaches on this machine, a sanity check for the peak."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  a = tf.cast(tf.random.stateless_normal([n, n], seed=[1, 2]), dtype)
-  b = tf.cast(tf.random.stateless_normal([n, n], seed=[3, 4]), dtype)
-  matmul = tf.function(lambda x, y: tf.linalg.matmul(x, y))
-  matmul(a, b).numpy()
-  best = 0.0
-  for _ in range(repeats):
-    start, calls = time.perf_counter(), 4
-    for _ in range(calls):
-      out = matmul(a, b)
-    out.numpy()
-    best = max(best, 2.0 * n ** 3 * calls / (time.perf_counter() - start) / 1e9)
-  return best
+                 has_bf16='avx512_bf16' in cpu_flags, assumption=assumption, has_amx='amx_bf16' in cpu_flags)
 
 
 # ------------------------------------------------------------------------------------------------ load

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from absl import logging
 
 from tools.train_bench.machine import Mark, detect_peak
-from tools.train_bench.rows import KERAS_POLICIES, RECIPE_OVERRIDES, BenchConfig, Row, row_name
+from tools.train_bench.rows import KERAS_POLICIES, VARIANT_OVERRIDES, BenchConfig, Row, row_name
 
 
 def base_params(cfg: BenchConfig, precision: str, data_dir: Optional[str] = None,
@@ -36,7 +36,7 @@ def bench_ours(cfg: BenchConfig, precision: str, data_dir: Optional[str] = None,
 
   ``jit_compile``: XLA on each replica step. ``deterministic``: seeds and turns on deterministic ops, as
   ``resnet_main --random_seed`` does, for the rest of this process (so the caller runs it last, or in a child).
-  ``recipe``: a RECIPE_OVERRIDES kind (mixup/CutMix, gradient accumulation) on top of ours.
+  ``recipe``: a VARIANT_OVERRIDES kind on top of ours (mixup/CutMix, gradient accumulation, a TensorFlow kernel).
   """
   from official_input import imagenet_input  # pylint: disable=g-import-not-at-top
   from resnet import determinism  # pylint: disable=g-import-not-at-top,g-multiple-import
@@ -52,7 +52,7 @@ def bench_ours(cfg: BenchConfig, precision: str, data_dir: Optional[str] = None,
   # end). Validated before the temporary model_dir exists, so a bad setting leaves nothing behind.
   settings = dict(eval_batch_size=cfg.batch_size, predict_batch_size=cfg.batch_size, iterations_per_loop=10 ** 9,
                   save_checkpoints_steps=10 ** 9, keep_checkpoint_max=1, skip_train_summaries=False,
-                  jit_compile=jit_compile, **RECIPE_OVERRIDES.get(kind, {}))
+                  jit_compile=jit_compile, **VARIANT_OVERRIDES.get(kind, {}))
   base_params(cfg, precision, data_dir, **settings)
   model_dir = tempfile.mkdtemp(prefix='train-benchmark-')
   params = base_params(cfg, precision, data_dir, model_dir=model_dir, **settings)

@@ -2,11 +2,13 @@
 import math
 from typing import List, Optional, Sequence
 
-from tools.train_bench.rows import OUR_MODEL_KINDS, Ratio, Results, Row
+from tools.train_bench import ceilings as ceilings_lib
+from tools.train_bench.rows import COUNTED_KINDS, OUR_MODEL_KINDS, Ratio, Results, Row
 
 # The project's performance targets.
 TARGET_VS_KERAS = 1.10
-TARGET_MFU_FP32 = 0.70
+TARGET_VS_TORCH = 1.30          # ours over PyTorch eager, each precision, every CPU
+TARGET_CONV_CEILING = {'float32': 0.85, 'bfloat16': 0.40}  # of the measured conv ceiling; bf16 on AMX CPUs only
 TARGET_REAL_VS_SYNTHETIC = 0.95
 NOISE_OTHERS = 0.10  # other processes using > 10% of the cores during a timed window: a noisy figure
 
@@ -32,26 +34,30 @@ def format_ratio(r: Optional[Ratio], with_baseline: bool = False) -> str:
 
 
 def row_gflops(results: Results, row: Row) -> float:
-  """Training GFLOP/s of rows running our model (count_flops); NaN for keras.applications rows."""
-  return row.images_per_sec * results.train_gflop_per_image if row.kind in OUR_MODEL_KINDS else float('nan')
+  """Training GFLOP/s of rows running count_flops' FLOPs (ours, torchvision); NaN for keras.applications rows."""
+  return row.images_per_sec * results.train_gflop_per_image if row.kind in COUNTED_KINDS else float('nan')
+
+
+def of_ceiling(results: Results, row: Row, kernel: str = 'conv') -> float:
+  """The row's GFLOP/s as a share of the measured ``kernel`` ceiling of its precision."""
+  return row_gflops(results, row) / results.ceiling(row.precision, kernel)
 
 
 def table_rows(results: Results) -> List[List[str]]:
   """The table's cells: one line per measured row, ratios next to the figure they compare."""
-  peak = results.peak
   lines = []
   for row in results.rows:
-    gflops = row_gflops(results, row)
-    bf16_peak = gflops / peak.bf16_gflops if row.precision == 'bfloat16' else float('nan')
     lines.append([row.name, row.precision, _num(row.images_per_sec), row.spread,
-                  format_ratio(results.vs_keras(row)), format_ratio(results.vs_reference(row), with_baseline=True),
-                  _num(row.cpu_normalised), _num(gflops, '{:.0f}'), _pct(gflops / peak.fp32_gflops), _pct(bf16_peak),
-                  f'{_pct(row.cpu_busy)} / {_pct(row.cpu_others)}', _num(row.compile_s, '{:.0f}')])
+                  format_ratio(results.vs_keras(row)), format_ratio(results.vs_torch(row)),
+                  format_ratio(results.vs_reference(row), with_baseline=True),
+                  _num(row.cpu_normalised), _num(row_gflops(results, row), '{:.0f}'), _pct(of_ceiling(results, row)),
+                  _pct(of_ceiling(results, row, 'matmul')), f'{_pct(row.cpu_busy)} / {_pct(row.cpu_others)}',
+                  _num(row.compile_s, '{:.0f}')])
   return lines
 
 
-HEADER = ['row', 'precision', 'img/s', 'min-max', 'vs keras apps', 'vs reference (what differs)', 'cpu-norm img/s',
-          'GFLOP/s', '% fp32 peak', '% bf16 peak', 'cpu us / others', 'warm-up s']
+HEADER = ['row', 'precision', 'img/s', 'min-max', 'vs keras apps', 'vs PyTorch', 'vs reference (what differs)',
+          'cpu-norm img/s', 'GFLOP/s', '% conv ceiling', '% matmul ceiling', 'cpu us / others', 'warm-up s']
 
 
 def format_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
@@ -83,20 +89,29 @@ def target_lines(results: Results) -> List[str]:
                  f'(target >= {TARGET_VS_KERAS:.2f}x){cpu_note(ours, keras_row, "{:.2f}x")}')
     else:
       out.append(f'n/a   ours vs Keras fit, {p}: no Keras row')
-  peak = results.peak
   for p in results.cfg.precisions:
-    ours = results.find('ours', p)
-    if ours:
-      gflops = row_gflops(results, ours)
-      mfu = gflops / peak.fp32_gflops
-      nominal = ''
-      if peak.nominal_clock_ghz:
-        nominal_peak = peak.cores * peak.nominal_clock_ghz * peak.fp32_flops_per_cycle
-        nominal = f'; {gflops / nominal_peak:.0%} against the nominal-clock peak'
-      cpu_mfu = ours.cpu_normalised * results.train_gflop_per_image / peak.fp32_gflops
-      cpu = f' [noisy run; CPU-normalised: {cpu_mfu:.0%}]' if noisy else ''
-      out.append(f'{mark(mfu >= TARGET_MFU_FP32)}  MFU {p}: {mfu:.0%} of the fp32 peak{nominal} '
-                 f'(target >= {TARGET_MFU_FP32:.0%}){cpu}')
+    ours, torch_row = results.find('ours', p), results.find('torch', p)
+    if ours and torch_row:
+      r = results.vs_torch(ours)
+      out.append(f'{mark(r.value >= TARGET_VS_TORCH)}  ours vs PyTorch eager, {p}: {format_ratio(r)} '
+                 f'(target >= {TARGET_VS_TORCH:.2f}x){cpu_note(ours, torch_row, "{:.2f}x")}')
+    elif ours:
+      out.append(f'n/a   ours vs PyTorch eager, {p}: no PyTorch row')
+  for p in results.cfg.precisions:
+    ours, target = results.find('ours', p), TARGET_CONV_CEILING[p]
+    if not ours:
+      continue
+    share = of_ceiling(results, ours)
+    if not math.isfinite(share):
+      out.append(f'n/a   ours, {p}, of the measured conv ceiling: no ceiling measured (--ceilings=false)')
+    elif p == 'bfloat16' and not results.peak.has_amx:
+      out.append(f'n/a   ours, bfloat16: {share:.0%} of the measured bf16 conv ceiling (the {target:.0%} target is '
+                 'for CPUs with AMX; this one has none)')
+    else:
+      cpu = (f' [noisy run; CPU-normalised: {ours.cpu_normalised / ours.images_per_sec * share:.0%}]'
+             if noisy else '')
+      out.append(f'{mark(share >= target)}  ours, {p}: {share:.0%} of the measured {p} conv ceiling '
+                 f'(target >= {target:.0%}){cpu}')
   real = next((r for r in results.rows if r.data == 'real'), None)
   if real:
     synth = results.find('ours', real.precision)
@@ -113,33 +128,43 @@ def machine_line(results: Results) -> str:
   peak, v = results.peak, results.versions
   software = ', '.join(f'{k} {v[k]}' for k in ('TensorFlow', 'Keras', 'Python') if k in v)
   return (f'{peak.model_name} ({peak.vendor}, family {peak.family if peak.family is not None else "?"}, '
-          f'{peak.isa}{", AVX512_BF16" if peak.has_bf16 else ""}), {peak.cores} cores'
+          f'{peak.isa}{", AVX512_BF16" if peak.has_bf16 else ""}{", AMX" if peak.has_amx else ""}), {peak.cores} cores'
           f'{", " + software if software else ""}; load average {results.load[0]:.2f} at the start, '
           f'{results.load[1]:.2f} at the end{" (NOISY: see the noise warning)" if is_noisy(results) else ""}')
 
 
+def ceiling_line(results: Results) -> str:
+  """The measured ceilings, one clause per kernel: 'conv: float32 290, bfloat16 1,540 GFLOP/s; ...'."""
+  if not results.ceilings:
+    return 'not measured (--ceilings=false)'
+  return '; '.join(f'{kernel} ' + ', '.join(f'{p} {g:,.0f}' for p, g in per.items()) + ' GFLOP/s'
+                   for kernel, per in results.ceilings.items()) + f' ({ceilings_lib.describe()})'
+
+
 def format_markdown(results: Results, command: str) -> str:
-  """docs/performance.md's table: every row with its median, range, ratios and MFU, the machine, and the command."""
-  cfg, peak = results.cfg, results.peak
+  """docs/performance.md's table: every row with its median, range, ratios and share of the measured conv ceiling,
+  the machine, the ceilings and the command."""
+  cfg = results.cfg
   lines = [f'Training, ResNet-{cfg.resnet_depth} at {cfg.image_size} px, batch {cfg.batch_size}, synthetic batches '
            f'unless noted. img/s: median of {cfg.repeats} timed windows of {cfg.steps} steps (after '
            f'{cfg.warmup_steps} warm-up steps); range: slowest-fastest window. Ratios are of medians, in brackets '
            'from the slowest/fastest to the fastest/slowest window pair.',
            '',
-           f'| row | precision | img/s | range | vs Keras `{cfg.application or "-"}` fit | '
-           'vs reference (what differs) | MFU (fp32 peak) |',
-           '|---|---|---|---|---|---|---|']
+           f'| row | precision | img/s | range | vs Keras `{cfg.application or "-"}` fit | vs PyTorch | '
+           'vs reference (what differs) | % of conv ceiling |',
+           '|---|---|---|---|---|---|---|---|']
   for row in results.rows:
     name = row.name
     if row.kind in ('keras', 'keras_xla'):
       name = name.replace(f'Keras {cfg.application} fit', f'Keras `{cfg.application}` fit')
-    mfu = row_gflops(results, row) / peak.fp32_gflops
     lines.append(f'| {name} | {row.precision} | {_num(row.images_per_sec, "{:.1f}")} | {row.spread} | '
-                 f'{format_ratio(results.vs_keras(row))} | {format_ratio(results.vs_reference(row), True)} | '
-                 f'{_pct(mfu)} |')
-  lines += ['', f'Machine: {machine_line(results)}. Peak: {peak.fp32_gflops:.0f} GFLOP/s fp32 ({peak.cores} cores x '
-            f'{peak.clock_ghz:.2f} GHz, {peak.clock_source}, x {peak.fp32_flops_per_cycle} FLOP/cycle).',
-            f'Command: `{command}`']
+                 f'{format_ratio(results.vs_keras(row))} | {format_ratio(results.vs_torch(row))} | '
+                 f'{format_ratio(results.vs_reference(row), True)} | {_pct(of_ceiling(results, row))} |')
+  torch_note = next((r.note for r in results.rows if r.kind == 'torch'), '')
+  lines += ['', f'Machine: {machine_line(results)}.', f'Measured ceilings: {ceiling_line(results)}.']
+  if torch_note:
+    lines.append(f'PyTorch: {torch_note}.')
+  lines.append(f'Command: `{command}`')
   return '\n'.join(lines)
 
 
@@ -158,11 +183,15 @@ def format_report(results: Results) -> str:
       'over the baseline\'s slowest: a bracket that excludes 1.00 is a difference larger than the noise.',
       f'- vs keras apps = against keras.applications {cfg.application or "(none)"} (weights=None) with compile/fit: '
       'SGD momentum 0.9, sparse CE, jit_compile=False, steps_per_execution=1, on the same synthetic batch (float32).',
+      '- vs PyTorch = against torchvision\'s ResNet of the same depth trained eagerly in a child process '
+      '(tools/train_bench/torch_row.py: channels_last, SGD Nesterov momentum + weight decay, torch.autocast for '
+      'bf16, one fixed random batch, as many threads as cores), measured right after ours.',
       '- vs reference: each row against the row it differs from in one thing. model: Keras fit on our model vs on '
       'keras.applications; runner: our Estimator vs Keras fit on the same model; XLA: jit_compile=True vs not; '
       'determinism: random_seed (deterministic ops) vs not; input: JPEG records vs synthetic batches; mixup/CutMix: '
       'mixup_alpha=0.2 and cutmix_alpha=1.0 vs neither; accumulation: each update as 2 micro-batches of half the '
-      'batch vs one batch.',
+      'batch vs one batch; 1x1 weight gradients: oneDNN\'s backward-weights convolution (conv1x1_filter_grad=conv) '
+      'vs one matmul; add + ReLU: TensorFlow\'s Add and Relu ops (residual_add_relu=ops) vs one XLA function.',
       f'- ours = Estimator + resnet_model_fn (one_device CPU, compiled loop of {cfg.steps} steps, ImageNetInput). '
       'It does a little more per step than the Keras fit on our model: weight decay, Nesterov momentum, the '
       'learning-rate schedule and a label check.',
@@ -170,19 +199,11 @@ def format_report(results: Results) -> str:
       'not credited in the ratio.',
       f'- FLOPs: forward = 2 x multiply-adds of convs + dense (plan.count_flops; BN, ReLU, pooling, adds '
       f'not counted); training = 3 x forward = {results.train_gflop_per_image:.2f} GFLOP/image. '
-      'GFLOP/s and % of peak are shown for rows running our model only.',
-      f'- Peak: {peak.describe()}',
+      'GFLOP/s and % of the ceilings are shown for rows running these FLOPs (ours, torchvision) only.',
+      f'- Measured ceilings (TensorFlow\'s kernels on this machine, best of the start and the end of the run): '
+      f'{ceiling_line(results)}. % conv ceiling = the row\'s GFLOP/s over the conv ceiling of its precision.',
+      f'- For reference only (not used for any figure): a peak from the nominal clock, {peak.describe()}',
   ]
-  if results.gemm:
-    gemm = ', '.join(f'{p} {g:.0f} GFLOP/s = {g / (peak.bf16_gflops if p == "bfloat16" else peak.fp32_gflops):.0%}'
-                     f' of the {"bf16" if p == "bfloat16" else "fp32"} peak' for p, g in results.gemm.items())
-    parts.append(f'- Measured 2048^3 matmul (oneDNN, best of the start and end of the run): {gemm}. It is the '
-                 'practical ceiling for dense kernels here; a VM\'s vCPUs may also share physical cores.')
-    fp32_gemm = results.gemm.get('float32')
-    if fp32_gemm and peak.isa == 'AVX-512' and peak.fp32_flops_per_cycle == 64:
-      one_pipe = fp32_gemm / (peak.cores * 32)
-      parts.append(f'- With one 512-bit FMA pipe per core, the fp32 matmul would need >= {one_pipe:.1f} GHz'
-                   f'{": so 2 pipes per core is right" if one_pipe > 5.0 else ""}.')
   others = [r.cpu_others for r in results.rows if math.isfinite(r.cpu_others)]
   load = f'load average {results.load[0]:.1f} at start, {results.load[1]:.1f} at end'
   parts.append('- cpu us / others = share of the cores used by this process / by everything else (other '
@@ -204,6 +225,9 @@ def format_report(results: Results) -> str:
     parts.append(f'- The determinism row ran in {where}: deterministic ops, once on, stay on for the process.')
   apps = next((r.parameters for r in results.rows if r.kind in ('keras', 'keras_xla') and r.parameters), 0)
   ours = next((r.parameters for r in results.rows if r.kind in OUR_MODEL_KINDS and r.parameters), 0)
+  torch_row = next((r for r in results.rows if r.kind == 'torch'), None)
+  if torch_row is not None:
+    parts.append(f'- PyTorch row: {torch_row.note}; {torch_row.parameters / 1e6:.2f}M parameters and buffers.')
   if apps or ours:
     sizes = ([f'keras.applications {cfg.application} {apps / 1e6:.2f}M'] if apps else []) + \
         ([f'our ResNet-{cfg.resnet_depth} {ours / 1e6:.2f}M'] if ours else [])

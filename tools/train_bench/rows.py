@@ -28,18 +28,30 @@ REFERENCES = {
     'ours_det': ('ours', 'determinism'),
     'ours_mix': ('ours', 'mixup/CutMix'),
     'ours_accum': ('ours', 'accumulation'),
+    'ours_conv_dw': ('ours', '1x1 weight gradients'),
+    'ours_ops_add': ('ours', 'add + ReLU'),
+    'ours_tf_kernels': ('ours', 'both kernels'),
 }
-OUR_MODEL_KINDS = ('keras_ours', 'ours', 'ours_xla', 'ours_det', 'ours_mix', 'ours_accum')  # count_flops gives
+OUR_MODEL_KINDS = ('keras_ours', 'ours', 'ours_xla', 'ours_det', 'ours_mix', 'ours_accum', 'ours_conv_dw',
+                   'ours_ops_add', 'ours_tf_kernels')
+# Rows whose model does plan.count_flops' FLOPs: ours, and torchvision's ResNet (v1.5 too: stride on the 3x3).
+COUNTED_KINDS = OUR_MODEL_KINDS + ('torch',)
 # The params each recipe row adds to ours (same images per update: accumulation splits the batch in two).
 RECIPE_OVERRIDES = {'ours_mix': {'mixup_alpha': 0.2, 'cutmix_alpha': 1.0},
                     'ours_accum': {'gradient_accumulation_steps': 2}}
+# The params each kernel row sets on ours: one of bfloat16's CPU kernels back to TensorFlow's own (what it buys).
+KERNEL_OVERRIDES = {'ours_conv_dw': {'conv1x1_filter_grad': 'conv'},
+                    'ours_ops_add': {'residual_add_relu': 'ops'},
+                    'ours_tf_kernels': {'conv1x1_filter_grad': 'conv', 'residual_add_relu': 'ops'}}
+VARIANT_OVERRIDES = {**RECIPE_OVERRIDES, **KERNEL_OVERRIDES}
 
 
 @dataclasses.dataclass
 class Row:
   """One measured configuration; ``samples`` are images/s of each timed window."""
   name: str
-  kind: str            # 'keras' | 'keras_xla' | 'keras_ours' | 'ours' | 'ours_xla' | 'ours_det' | RECIPE_OVERRIDES
+  kind: str            # 'keras' | 'keras_xla' | 'keras_ours' | 'ours' | 'ours_xla' | 'ours_det' | 'torch' |
+  #                      a VARIANT_OVERRIDES kind
   precision: str
   data: str            # 'synthetic' | 'real'
   samples: List[float] = dataclasses.field(default_factory=list)
@@ -47,7 +59,7 @@ class Row:
   others: List[float] = dataclasses.field(default_factory=list)   # other processes' share of the cores, per window
   compile_s: float = float('nan')   # warm-up wall time (tracing + first steps)
   parameters: int = 0               # of the model it trained
-  note: str = ''                    # 'deterministic ops on' when they were
+  note: str = ''                    # 'deterministic ops on' when they were; the torch row: versions
 
   @property
   def images_per_sec(self) -> float:
@@ -123,12 +135,15 @@ class BenchConfig:
   determinism_precisions: Tuple[str, ...] = ('bfloat16',)   # the default training precision
   determinism_mode: str = 'subprocess'
   recipe_precisions: Tuple[str, ...] = ('bfloat16',)  # rows with mixup/CutMix and with gradient accumulation
+  kernel_precisions: Tuple[str, ...] = ('bfloat16',)  # rows with one of bf16's CPU kernels back to TensorFlow's
   real_data: bool = True
   data_dir: Optional[str] = None
   profile: bool = False
   num_classes: int = 1000
   peak_clock_ghz: Optional[float] = None
-  gemm_check: bool = True
+  ceilings: bool = True     # measure matmul and conv ceilings (tools/train_bench/ceilings.py)
+  torch: bool = True        # PyTorch rows where a Python with torch and torchvision is found
+  torch_python: str = ''    # that Python ('' = this one, if it can import both)
   seed: int = 0
 
   @property
@@ -157,6 +172,10 @@ def row_name(cfg: BenchConfig, kind: str, data: str = 'synthetic') -> str:
       'ours_det': 'ours, random_seed (deterministic ops)',
       'ours_mix': 'ours, mixup 0.2 + CutMix 1.0',
       'ours_accum': 'ours, gradient_accumulation_steps=2',
+      'ours_conv_dw': 'ours, conv1x1_filter_grad=conv',
+      'ours_ops_add': 'ours, residual_add_relu=ops',
+      'ours_tf_kernels': 'ours, conv1x1_filter_grad=conv + residual_add_relu=ops',
+      'torch': f'PyTorch torchvision ResNet-{cfg.resnet_depth}, eager',
   }[kind]
 
 
@@ -167,7 +186,7 @@ def validate(cfg: BenchConfig) -> None:
   for p in cfg.precisions:
     if p not in PRECISIONS:
       raise ValueError(f'precision {p!r} is not one of {PRECISIONS}')
-  for name in ('xla_precisions', 'determinism_precisions', 'recipe_precisions'):
+  for name in ('xla_precisions', 'determinism_precisions', 'recipe_precisions', 'kernel_precisions'):
     extra = [p for p in getattr(cfg, name) if p not in cfg.precisions]
     if extra:
       raise ValueError(f'{name}={list(getattr(cfg, name))} includes {extra}, which --precisions={list(cfg.precisions)} '
@@ -192,7 +211,7 @@ class Results:
   peak: CpuPeak
   rows: List[Row]
   train_gflop_per_image: float
-  gemm: Dict[str, float]
+  ceilings: Dict[str, Dict[str, float]]   # {'matmul' | 'conv': {precision: GFLOP/s}} (ceilings.py)
   load: Tuple[float, float]
   data_note: str = ''
   profile: Any = None
@@ -209,6 +228,15 @@ class Results:
     """The row against keras.applications fit of the same precision (None for that row itself, or without it)."""
     keras_row = self.find('keras', row.precision)
     return ratio(row, keras_row) if keras_row is not None and row is not keras_row else None
+
+  def vs_torch(self, row: Row) -> Optional[Ratio]:
+    """The row against PyTorch's row of the same precision (None for that row itself, or without it)."""
+    torch_row = self.find('torch', row.precision)
+    return ratio(row, torch_row) if torch_row is not None and row is not torch_row else None
+
+  def ceiling(self, precision: str, kernel: str = 'conv') -> float:
+    """The measured GFLOP/s of ``kernel`` in ``precision``; NaN when not measured."""
+    return self.ceilings.get(kernel, {}).get(precision, float('nan'))
 
   def vs_reference(self, row: Row) -> Optional[Ratio]:
     """The row against the row it differs from by one thing (REFERENCES; real data: ours on synthetic batches)."""

@@ -8,11 +8,12 @@ from typing import Dict
 
 from absl import logging
 
+from tools.train_bench import ceilings
 from tools.train_bench import child
 from tools.train_bench import measure
-from tools.train_bench.machine import CpuPeak, detect_peak, measure_gemm_gflops, raise_clock_to_gemm
-from tools.train_bench.rows import (KERAS_APPLICATIONS, RECIPE_OVERRIDES, TRAIN_FLOPS_MULTIPLIER, BenchConfig, Results,
-                                    row_name, validate)
+from tools.train_bench.machine import CpuPeak, detect_peak
+from tools.train_bench.rows import (KERAS_APPLICATIONS, KERNEL_OVERRIDES, RECIPE_OVERRIDES, TRAIN_FLOPS_MULTIPLIER,
+                                    BenchConfig, Results, row_name, validate)
 
 
 def real_data_precision(cfg: BenchConfig, peak: CpuPeak) -> str:
@@ -29,9 +30,9 @@ def versions() -> Dict[str, str]:
 def run_benchmark(cfg: BenchConfig) -> Results:
   """Measures every row of the table (see tools/train_benchmark's docstring); logs progress through absl logging.
 
-  Order per precision: Keras applications fit (and its XLA variant), Keras fit on our model, ours, ours with XLA,
-  ours on real data (one precision), so each ratio compares neighbours in time. The determinism rows come last.
-  The matmul ceiling is measured first and last, and the higher one is kept.
+  Order per precision: Keras applications fit (and its XLA variant), Keras fit on our model, ours, PyTorch, ours
+  with XLA, the recipe and kernel rows, ours on real data (one precision), so each ratio compares neighbours in
+  time. The determinism rows come last. The ceilings are measured first and last, and the higher figure is kept.
   """
   from resnet import determinism  # pylint: disable=g-import-not-at-top,g-multiple-import
   from resnet.model import plan
@@ -40,12 +41,16 @@ def run_benchmark(cfg: BenchConfig) -> Results:
     raise RuntimeError('Deterministic ops are already on in this process, so every row would measure them: run the '
                        'benchmark in a fresh process.')
   peak = detect_peak(clock_ghz_override=cfg.peak_clock_ghz)
+  torch_python, why_not = child.find_torch_python(cfg)
   load_start = os.getloadavg()[0]
-  results = Results(cfg=cfg, peak=peak, rows=[], gemm={}, load=(load_start, float('nan')), versions=versions(),
+  results = Results(cfg=cfg, peak=peak, rows=[], ceilings={}, load=(load_start, float('nan')), versions=versions(),
                     train_gflop_per_image=TRAIN_FLOPS_MULTIPLIER * plan.count_flops(
                         cfg.resnet_depth, cfg.image_size, cfg.num_classes) / 1e9)
-  if cfg.gemm_check:
-    results.gemm = {p: measure_gemm_gflops(p) for p in cfg.precisions}
+  if why_not:
+    results.notes.append(why_not)
+  if cfg.ceilings:
+    logging.info('Measuring the matmul and conv ceilings...')
+    results.ceilings = ceilings.measure_ceilings(cfg.batch_size)
   keras_ok = cfg.keras and cfg.application is not None
   if cfg.keras and not keras_ok:
     results.notes.append(f'No keras.applications row: it has ResNet {sorted(KERAS_APPLICATIONS)} only, not '
@@ -78,13 +83,17 @@ def run_benchmark(cfg: BenchConfig) -> Results:
         del batch
       logging.info('Measuring our Estimator, %s, synthetic data...', precision)
       results.rows.append(measure.bench_ours(cfg, precision)[0])
+      if torch_python:
+        logging.info('Measuring PyTorch (%s), %s...', torch_python, precision)
+        results.rows.append(child.torch_row_in_subprocess(cfg, precision, torch_python))
       if precision in cfg.xla_precisions:
         logging.info('Measuring our Estimator with jit_compile=True, %s...', precision)
         results.rows.append(measure.bench_ours(cfg, precision, jit_compile=True)[0])
-      if precision in cfg.recipe_precisions:
-        for recipe in RECIPE_OVERRIDES:
-          logging.info('Measuring our Estimator, %s, %s...', row_name(cfg, recipe), precision)
-          results.rows.append(measure.bench_ours(cfg, precision, recipe=recipe)[0])
+      variants = ((list(RECIPE_OVERRIDES) if precision in cfg.recipe_precisions else []) +
+                  (list(KERNEL_OVERRIDES) if precision in cfg.kernel_precisions else []))
+      for recipe in variants:
+        logging.info('Measuring our Estimator, %s, %s...', row_name(cfg, recipe), precision)
+        results.rows.append(measure.bench_ours(cfg, precision, recipe=recipe)[0])
       if precision == real_precision:
         logging.info('Measuring our Estimator, %s, real data...', precision)
         row, results.profile = measure.bench_ours(cfg, precision, data_dir=data_dir, profile_dir=profile_dir)
@@ -94,9 +103,8 @@ def run_benchmark(cfg: BenchConfig) -> Results:
       shutil.rmtree(generated, ignore_errors=True)
     if profile_dir:
       shutil.rmtree(profile_dir, ignore_errors=True)
-  if cfg.gemm_check:
-    results.gemm = {p: max(g, measure_gemm_gflops(p)) for p, g in results.gemm.items()}
-    results.peak = raise_clock_to_gemm(peak, results.gemm)
+  if cfg.ceilings:
+    results.ceilings = ceilings.best_of(results.ceilings, ceilings.measure_ceilings(cfg.batch_size))
   for precision in cfg.determinism_precisions:
     logging.info('Measuring our Estimator with random_seed (deterministic ops), %s, %s...', precision,
                  cfg.determinism_mode)
