@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(PY) -m tools.demo --output_dir=demo_out
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 clean:
 	rm -rf demo_out build *.egg-info

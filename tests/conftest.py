@@ -37,13 +37,3 @@ def _kernel_mode_is_kept():
   if determinism.op_determinism_enabled() != DETERMINISTIC_OPS:
     pytest.fail('This test turned on deterministic ops in the shared test process; run that code in a subprocess '
                 '(the rest of the suite must keep the default kernels users run).')
-
-
-# The longest test file first: tests/test_kernel_modes.py reruns the numeric claims in a subprocess (~6 min on 2
-# cores). Started last, it ran alone at the end of the suite; started first, the other worker runs every other
-# file beside it. `make test` passes --no-loadscope-reorder so that pytest-xdist keeps this order.
-LONGEST_FIRST = ('tests/test_kernel_modes.py',)
-
-
-def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
-  items.sort(key=lambda item: 0 if item.nodeid.split('::')[0] in LONGEST_FIRST else 1)  # stable: the rest in order
