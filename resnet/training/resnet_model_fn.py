@@ -78,7 +78,7 @@ def cpu_kernel_choice(params: Mapping[str, Any], name: str, faster: str) -> bool
   """Whether the param ``name`` picks its ``faster`` form (conv1x1_filter_grad's matmul, residual_add_relu's xla).
   'auto' picks it where it was measured faster: bfloat16 on CPUs with AMX (docs/performance.md). GPUs and TPUs keep
   the kernels they have, float32 too (there the matmul gradient was slower), and so do CPUs without AMX, where
-  neither was measured (the benchmark's kernel rows measure them on yours)."""
+  neither was measured (set the params explicitly to try them there)."""
   choice = params[name]
   if choice != 'auto':
     return choice == faster
