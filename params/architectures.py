@@ -1,9 +1,9 @@
 """The ResNet family's facts that both the model and the params table need, in pure Python (no TensorFlow).
 
 Depths (block type and blocks per group, as the reference's ``model_params``), the normalisation-activation layers,
-and the rule between them and the pre-activation variant; the ``Variant`` details in which other frameworks'
-pretrained ResNets differ from the reference's, and the range checks of the model's options. ``resnet/model/``
-builds from these; ``resnet_config`` offers them as choices and checks the rules before anything is built.
+and the ``Variant`` details in which other frameworks' pretrained ResNets differ from the reference's.
+``resnet/model/`` builds from these; ``resnet_config`` offers them as choices; ``model_config.ModelConfig`` checks
+the rules between them.
 """
 import dataclasses
 from typing import Any, Dict, NamedTuple, Optional
@@ -43,16 +43,6 @@ def architecture(resnet_depth: int) -> BlockSpec:
                      f'{", ".join(map(str, SUPPORTED_DEPTHS))}.') from None
 
 
-def norm_act_problem(norm_act_layer: str, pre_activation: bool) -> Optional[str]:
-  """Why this norm-activation layer cannot be used, or None: EvoNorm is defined for the pre-activation ResNet."""
-  if norm_act_layer not in NORM_ACT_LAYERS:
-    return f'Unknown norm_act_layer {norm_act_layer!r}; use one of {", ".join(NORM_ACT_LAYERS)}.'
-  if norm_act_layer != 'bn_relu' and not pre_activation:
-    return (f'norm_act_layer={norm_act_layer!r} needs the pre-activation ResNet (v2), as in the reference: set '
-            "pre_activation=true, or use norm_act_layer='bn_relu'.")
-  return None
-
-
 STEM_POOL_PADDINGS = ('same', 'symmetric')
 INPUT_NORMALIZATIONS = ('imagenet', 'caffe_bgr')
 PROJECTION_SHORTCUTS = ('every_group', 'shape_change')
@@ -79,36 +69,3 @@ class Variant:
 
 VARIANT_DEFAULTS: Dict[str, Any] = Variant().params()
 VARIANT_PARAMS = tuple(VARIANT_DEFAULTS)
-
-
-def variant_problem(resnet_depth: int, stride_in_1x1: bool) -> Optional[str]:
-  """Why the variant cannot be built at this depth, or None: the 1x1 that could take the stride is bottleneck-only."""
-  if stride_in_1x1 and resnet_depth in ARCHITECTURES and ARCHITECTURES[resnet_depth].kind != 'bottleneck':
-    return (f'stride_in_1x1=true needs a bottleneck depth (50 and up); resnet_depth={resnet_depth} has basic '
-            'blocks (two 3x3 convs)')
-  return None
-
-
-def check_norm_act_layer(norm_act_layer: str, pre_activation: bool) -> None:
-  problem = norm_act_problem(norm_act_layer, pre_activation)
-  if problem:
-    raise ValueError(problem)
-
-
-def check_se_ratio(se_ratio: Optional[float]) -> Optional[float]:
-  """None or 0 turns squeeze-excitation off; otherwise it must be in (0, 1]."""
-  if not se_ratio:
-    return None
-  if not 0.0 < float(se_ratio) <= 1.0:
-    raise ValueError(f'se_ratio must be in (0, 1] (or None/0 for no squeeze-excitation), got {se_ratio!r}.')
-  return float(se_ratio)
-
-
-def check_drop_connect_rate(drop_connect_rate: Optional[float]) -> Optional[float]:
-  """None or 0 turns stochastic depth off; otherwise it must be in (0, 1)."""
-  if not drop_connect_rate:
-    return None
-  if not 0.0 < float(drop_connect_rate) < 1.0:
-    raise ValueError(f'drop_connect_rate must be in [0, 1) (or None for no stochastic depth), '
-                     f'got {drop_connect_rate!r}.')
-  return float(drop_connect_rate)

@@ -4,7 +4,7 @@ Re-implements the reference's ``params_dict`` (tensorflow/tpu ``models/hyperpara
 same public names for a flat table of params, and fixes its defects on purpose:
 - overrides are type-checked against the current value (the reference accepted ``train_steps='abc'``);
 - unknown keys name the closest valid keys;
-- validation is a function of the params (``resnet_config.validate``: typed checks from the param definitions),
+- validation is a function of the params (``validation.validate``: typed checks from the param definitions),
   not restriction strings to parse;
 - YAML is always read with one safe loader (``params_yaml``).
 
@@ -108,7 +108,7 @@ class ParamsDict(collections.abc.Mapping):
 
   A read-only ``Mapping`` (``dict(params)`` is a plain shallow copy); values live in an internal dict (not in
   ``__dict__``), so a key can never shadow a method. A dict value is one value: an override replaces it whole.
-  ``validator`` (e.g. ``resnet_config.validate``) raises ValueError for invalid values; ``validate()`` and the
+  ``validator`` (e.g. ``validation.validate``) raises ValueError for invalid values; ``validate()`` and the
   constructor run it. ``aliases`` maps other names of a key (e.g. a reference's old name) to the key; overrides
   and lookups accept them.
   """

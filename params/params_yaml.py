@@ -27,8 +27,27 @@ def _resolvers_without_timestamps() -> Dict[Any, List[Tuple[str, Any]]]:
           for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 
+class DuplicateKeyError(ValueError):
+  """A YAML mapping sets one key twice (PyYAML would silently keep the later value)."""
+
+
 class ParamsYamlLoader(yaml.SafeLoader):
-  """The only YAML loader used for params: safe (no Python objects) and reads ``1e-4`` as a float."""
+  """The only YAML loader used for params: safe (no Python objects), reads ``1e-4`` as a float, and refuses a
+  mapping that sets a key twice (an edit at the top of a config, an old value further down: which one counts?)."""
+
+  def construct_mapping(self, node, deep=False):
+    if isinstance(node, yaml.MappingNode):
+      seen = {}
+      for key_node, _ in node.value:
+        key = self.construct_object(key_node, deep=True)
+        try:
+          first = seen.setdefault(key, key_node)
+        except TypeError:  # an unhashable key: PyYAML's own error says so
+          continue
+        if first is not key_node:
+          raise DuplicateKeyError(f'{key!r} is set twice: on line {first.start_mark.line + 1} and on line '
+                                  f'{key_node.start_mark.line + 1}. Keep one of them.')
+    return super().construct_mapping(node, deep=deep)
 
 
 ParamsYamlLoader.yaml_implicit_resolvers = _resolvers_without_timestamps()
@@ -59,6 +78,8 @@ def load(text: str, source: str) -> Any:
   """Parses YAML safely; a refused tag or a syntax error becomes a ValueError that names ``source``."""
   try:
     return yaml.load(text, Loader=ParamsYamlLoader)  # pylint: disable=no-value-for-parameter
+  except DuplicateKeyError as e:
+    raise DuplicateKeyError(f'{source}: {e}') from None
   except yaml.constructor.ConstructorError as e:
     raise UnsafeYamlError(
         f'Refusing to read {source}: it uses a YAML tag that would construct a Python object or another '

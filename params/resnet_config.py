@@ -1,10 +1,10 @@
-"""Every param a ResNet run reads, defined once: name, default, type, help and allowed values.
+"""Every param a ResNet run reads, defined once: name, default, type, help and allowed values (the table).
 
 Flags (``resnet/resnet_flags.py``), ``RESNET_CFG`` (the defaults dict), the checks of each value
-(``value_problems``) and ``--help`` are all generated from ``PARAMS``; ``make_params`` makes a run's params from
-what it is given (``resnet/run_params.py`` gives it the files, and the components' range checks: the augmentation
-and mixing configs check their own params, so that each range is checked in one place). Values are the reference
-trainer's where we share a key. Deliberate differences:
+(``validation.value_problems``) and ``--help`` are all generated from ``PARAMS``; ``merging.make_params`` makes a
+run's params from what it is given; ``validation`` holds the rules between keys, and the components that take a
+group of params check their own rules (``model_config.ModelConfig``, the augmentation and mixing configs), so that
+each rule lives in one place. Values are the reference trainer's where we share a key. Deliberate differences:
 - ``use_tpu`` None and ``strategy`` 'auto': the run picks TPU/GPUs/CPU itself; ``--use_tpu=false`` always runs
   locally, even with a TPU config.
 - ``use_cache`` False: caching ImageNet needs ~150 GB of host RAM; the TPU config turns it on.
@@ -13,17 +13,10 @@ trainer's where we share a key. Deliberate differences:
 Keys that only describe a run (model_dir, data_dir, eval_checkpoint, predict_input, the cluster, ...) live here
 too, so that ``model_dir/params.yaml`` fully describes what ran.
 """
-import contextlib
 import dataclasses
-import numbers
-import operator
 import os
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple
 
-from absl import logging
-
-from params import params_dict
-from params import override_syntax
 from params import architectures
 
 
@@ -39,6 +32,7 @@ class Param:
   model: bool = False     # defines the model (its variables or their function): must match the run in model_dir
   words: Tuple[str, ...] = ()  # strings accepted besides values of ``type`` (e.g. 'balanced' for a list)
   modes: Tuple[str, ...] = ()  # the --mode values it acts in; () = every mode (see unused_in_mode)
+  items: Optional['Param'] = None  # a list's items: their type, choices and checks (name and default unused)
 
   @property
   def value_type(self) -> type:
@@ -178,7 +172,7 @@ PARAMS: Tuple[Param, ...] = (
       float, checks=('> 0', '<= 1'), modes=TRAINING),
     P('class_weights', None, "Weight of each class in the training loss: 'balanced' (n_images / (n_classes x "
       "n_class) from data_dir/summary.json's train counts) or a list, one per model class; unset = all 1. Eval "
-      'is unweighted.', list, words=('balanced',), modes=TRAINING),
+      'is unweighted.', list, words=('balanced',), modes=TRAINING, items=P('weight', 1.0, '', float, checks=('>= 0',))),
     P('class_weight_normalization', 'batch_size', "How the class-weighted loss is averaged: 'batch_size' = "
       "sum(w x CE) / global batch (Keras fit's sample weights), 'weight_sum' = sum(w x CE) / sum(w) over the global "
       "batch (PyTorch's CrossEntropyLoss(weight=...)). Without class_weights both are the mean.",
@@ -260,7 +254,7 @@ PARAMS: Tuple[Param, ...] = (
     P('tflite_quantizations', [], 'Also write quantized .tflite files (model.tflite too): any of float16, '
       'dynamic_int8 (int8 weights), int8 (full integer, calibrated on training images). Each is measured on '
       'validation images against the SavedModel (tflite_report.txt) and refused below tflite_min_agreement.', list,
-      modes=EXPORTING),
+      modes=EXPORTING, items=P('quantization', '', '', str, choices=TFLITE_QUANTIZATIONS)),
     P('tflite_calibration_images', 300, 'int8: training images (eval preprocessing) that calibrate activations.',
       checks=('> 0',), modes=EXPORTING),
     P('tflite_int8_io', False, 'int8: int8 input and output tensors (the Edge TPU compiler needs them).',
@@ -273,7 +267,8 @@ PARAMS: Tuple[Param, ...] = (
       'images is not written, and the export fails.', float, checks=('>= 0', '<= 1'), modes=EXPORTING),
     P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).',
       modes=EXPORTING),
-    P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list, modes=EXPORTING),
+    P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list, modes=EXPORTING,
+      items=P('batch size', 1, '', int, checks=('> 0',))),
     P('model_name', 'resnet', 'Model name in the TF Serving warm-up requests.', modes=EXPORTING),
     P('predict_input', None, 'Predict mode: glob of image files to classify instead of test-* records.', str,
       modes=('predict',)),
@@ -302,134 +297,7 @@ MODEL_PARAMS: Tuple[str, ...] = tuple(p.name for p in PARAMS if p.model)
 IMAGENET_COUNTS = {'num_label_classes': 1000, 'num_train_images': 1281167}
 SYNTHETIC_EVAL_IMAGES = 50000
 
-
-_CHECK_OPS: Dict[str, Callable[[Any, Any], bool]] = {
-    '>': operator.gt, '>=': operator.ge, '<': operator.lt, '<=': operator.le, '!=': operator.ne}
-
-
-def _parse_check(check: str) -> Tuple[Callable[[Any, Any], bool], float]:
-  """``'> 0'`` -> (operator.gt, 0.0)."""
-  op, bound = check.split()
-  return _CHECK_OPS[op], float(bound)
-
-
-def _passes(value: Any, check: str) -> bool:
-  op, bound = _parse_check(check)
-  return op(value, bound)
-
-
-for _param in PARAMS:  # A malformed check fails at import, not in some later run.
-  for _check in _param.checks:
-    _parse_check(_check)
-
-
-def _is_type(value: Any, kind: type) -> bool:
-  if kind is bool or isinstance(value, bool):
-    return kind is bool and isinstance(value, bool)
-  if kind is int:
-    return isinstance(value, numbers.Integral)
-  if kind is float:
-    return isinstance(value, numbers.Real)
-  return isinstance(value, kind)
-
-
-def _value_problem(param: Param, value: Any) -> Optional[str]:
-  """Why ``value`` is invalid for ``param`` (type, choices, checks), naming the key, the rule and the value."""
-  kind = param.value_type.__name__
-  if param.words and isinstance(value, str):
-    return None if value in param.words else (f'{param.name} must be {kind} or one of {list(param.words)!r}, '
-                                               f'got {value!r}')
-  if value is None:
-    return None if param.default is None else f'{param.name} must be {kind}, got None (it cannot be unset)'
-  if not _is_type(value, param.value_type):
-    return f'{param.name} must be {kind}, got {type(value).__name__} {value!r}'
-  if param.choices is not None and value not in param.choices:
-    return f'{param.name} must be one of {list(param.choices)!r}, got {value!r}'
-  if not all(_passes(value, check) for check in param.checks):
-    return f'{param.name} must be {" and ".join(param.checks)}, got {value!r}'
-  return None
-
-
-Validator = Callable[[Mapping[str, Any]], Any]  # raises ValueError naming what is wrong
-
-
-def _raise(problems: Sequence[str]) -> None:
-  if problems:
-    raise ValueError('Invalid params: ' + '; '.join(p.rstrip('.') for p in problems) + '.')
-
-
-def value_problems(params: Mapping[str, Any]) -> list:
-  """Each key on its own, from its definition in PARAMS: type, choices and checks (None only where unset is)."""
-  return [problem for problem in (_value_problem(p, params[p.name]) for p in PARAMS) if problem]
-
-
-def validate(params: Mapping[str, Any], validators: Sequence[Validator] = ()) -> None:
-  """Every rule: each key's own, the rules between keys, then ``validators``: the checks of the components that
-  take a group of params (the augmentation, mixing configs), so that each range is checked in one place (theirs).
-  Each key's own problems come first: the rest may assume well-typed values."""
-  _raise(value_problems(params))
-  problems = consistency_problems(params)
-  for validator in validators:
-    try:
-      validator(params)
-    except (TypeError, ValueError) as e:
-      problems.append(str(e))
-  _raise(problems)
-
-
-def consistency_problems(params: Any) -> list:
-  """Rules between keys, each with the fix in its message (each key on its own: ``value_problems``)."""
-  problems = []
-  if params['dropblock_groups'] and params['dropblock_keep_prob'] is None:
-    problems.append("dropblock_groups is set but dropblock_keep_prob is not: set both (e.g. 0.9), or "
-                    "dropblock_groups='' to turn DropBlock off")
-  norm_act = architectures.norm_act_problem(params['norm_act_layer'], params['pre_activation'])
-  if norm_act:
-    problems.append(norm_act)
-  variant = architectures.variant_problem(params['resnet_depth'], params['stride_in_1x1'])
-  if variant:
-    problems.append(variant)
-  if params['export_moving_average'] and not params['moving_average_decay']:
-    problems.append('export_moving_average=true needs moving_average_decay (e.g. 0.9999)')
-  if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in params['inference_batch_sizes']):
-    problems.append(f'inference_batch_sizes={params["inference_batch_sizes"]!r} must be positive integers')
-  if params['layer_decay'] is not None and params['enable_lars']:
-    problems.append('layer_decay scales each stage\'s gradients, which LARS normalises away: use layer_decay with '
-                    'the momentum optimizer (enable_lars=false)')
-  if params['train_head_only_steps'] and params['enable_lars']:
-    problems.append('train_head_only_steps freezes the backbone by zeroing its gradients, but LARS still applies '
-                    'its weight decay (and a trust ratio of 1) to every kernel, so the backbone would move: use '
-                    'train_head_only_steps with the momentum optimizer (enable_lars=false)')
-  if params['freeze_batch_norm'] and params['norm_act_layer'] != 'bn_relu':
-    problems.append(f'freeze_batch_norm needs batch norm; norm_act_layer={params["norm_act_layer"]!r} has none')
-  weights = params['class_weights']
-  if isinstance(weights, list):
-    if not weights or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in weights):
-      problems.append(f'class_weights={weights!r} must be non-negative numbers, one per class (or balanced)')
-    elif not any(weights):
-      problems.append(f'class_weights={weights!r} are all 0: the training loss would be weight decay alone; give '
-                      'the classes to learn a positive weight')
-    elif params['num_label_classes'] is not None and len(weights) != params['num_label_classes']:
-      problems.append(f'class_weights lists {len(weights)} weights for num_label_classes='
-                      f'{params["num_label_classes"]}: give one per model class (or class_weights=balanced)')
-  unknown = [k for k in params['tflite_quantizations'] if k not in TFLITE_QUANTIZATIONS]
-  if unknown:
-    problems.append(f'tflite_quantizations lists {unknown}: each must be one of {list(TFLITE_QUANTIZATIONS)}')
-  if params['transpose_input']:
-    problems.append('transpose_input=true is the TPUEstimator infeed trick (batches sent as HWCN and transposed '
-                    "back on the TPU); TF2's TPUStrategy feeds NHWC batches directly, where it would only add two "
-                    'transposes: remove transpose_input from the config')
-  return problems
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# make_params: a run's params from what it is given (the program's run_params.make_params gives it the files)
-
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
-# An override: a mapping, or a string (k=v CSV, a YAML/JSON mapping, or a YAML file path).
-Source = Union[str, Mapping[str, Any]]
-# Any item may come as a (label, item) pair: its errors then start with the label.
-Labelled = Union[Source, Tuple[str, Source]]
 
 
 def unused_in_mode(keys: Sequence[str], mode: str) -> list:
@@ -440,68 +308,3 @@ def unused_in_mode(keys: Sequence[str], mode: str) -> list:
     if param is not None and param.modes and mode not in param.modes:
       out.append(f'{param.name} does nothing in --mode={mode} (it acts in --mode={"/".join(param.modes)})')
   return out
-
-
-Fill = Callable[[Mapping[str, Any]], Mapping[str, Any]]  # the values so far -> values for params left unset
-
-
-def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
-                configs: Sequence[Tuple[str, Mapping[str, Any]]] = (), fills: Sequence[Fill] = (),
-                read_file: Optional[override_syntax.ReadFile] = None,
-                validators: Sequence[Validator] = ()) -> params_dict.ParamsDict:
-  """The run's params: the defaults, then ``configs`` in order (``(label, mapping)``: a config file as read), then
-  ``overrides`` in order; validated, locked.
-
-  Every config and override is strict (an unknown key is a KeyError naming the closest keys) and type-checked.
-  ``overrides`` is one mapping or override string, or a sequence of them; any may be a ``(label, item)`` pair: its
-  errors then start with the label (the CLI names its flag). An override string that names a file is read with
-  ``read_file``.
-  Then each of ``fills`` in order: values only files know (the program's ``resnet/run_params.py`` reads
-  ``summary.json``, a run's params.yaml and weight files; this package reads none; without fills the counts and the
-  Variant params stay unset). Then ``validate`` (each key's type, choices and checks; the rules between keys;
-  ``validators``) raises ValueError naming every problem.
-  """
-  params = params_dict.ParamsDict(RESNET_CFG, lambda values: validate(values, validators), aliases=ALIASES)
-  for label, values in configs:
-    with labelled_errors(label):
-      logging.info('Params: applying %s', label)
-      params.override(values, is_strict=True)
-  if overrides is None or isinstance(overrides, (str, Mapping)):
-    overrides = [] if overrides is None else [overrides]
-  for label, source in _labelled_items(overrides, lambda source: None if isinstance(source, Mapping)
-                                       else f'params override {source!r}'):
-    logging.info('Params: applying %s', label or source)
-    with labelled_errors(label):
-      override_syntax.override_params_dict(params, source, is_strict=True, read_file=read_file)
-  for fill in fills:
-    for key, value in fill(params.as_dict()).items():
-      if params[key] is not None and type(value) is not type(params[key]):  # e.g. class_weights 'balanced' -> list
-        params.override({key: None}, is_strict=True)
-      params.override({key: value}, is_strict=True)
-  params.validate()
-  return params.lock()
-
-
-def _labelled_items(items: Sequence[Any], default_label: Callable[[Any], Optional[str]]
-                    ) -> Iterator[Tuple[Optional[str], Any]]:
-  for item in items:
-    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-      yield item
-    else:
-      yield default_label(item), item
-
-
-@contextlib.contextmanager
-def labelled_errors(label: Optional[str]) -> Iterator[None]:
-  """Prefixes a KeyError/ValueError raised inside with ``label`` (where it came from), keeping its type."""
-  try:
-    yield
-  except (KeyError, ValueError) as e:
-    if label is None:
-      raise
-    message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-    try:
-      labelled = type(e)(f'{label}: {message}')
-    except TypeError:  # An exception type with a different constructor, e.g. UnicodeDecodeError.
-      labelled = ValueError(f'{label}: {message}')
-    raise labelled from e

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from resnet.training import ema as ema_lib
-from resnet.model import resnet_model
+from tests.helpers import tiny
 
 
 class Counter(keras.layers.Layer):
@@ -47,7 +47,7 @@ def test_averages_trainable_weights_and_bn_statistics_only():
                                  'batch_normalization/moving_mean', 'batch_normalization/moving_variance',
                                  'dense/bias', 'dense/kernel']
   assert 'counter/count' in [v.path for v in model.weights]
-  resnet = resnet_model.resnet(18, 3)
+  resnet = tiny.model(18, 3)
   assert len(ema_lib.ModelEMA(resnet, 0.9).shadows) == 65 + 2 * 21  # trainable + moving mean/variance per BN
 
 

@@ -46,7 +46,7 @@ def _one_update(model_dir, max_steps=1, strategy=None, **overrides):
 
 
 def test_every_trainable_variable_has_its_stage():
-  model = resnet_model.resnet(18, num_classes=3, image_size=SIZE)
+  model = tiny.model(18, 3, image_size=SIZE)
   stages = fine_tuning.variable_stages(model)
   names = [v.path for v in model.trainable_variables]
   assert stages[names.index('conv2d/kernel')] == 0 and stages[names.index('dense/kernel')] == 5

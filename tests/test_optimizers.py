@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from resnet.training import lr_schedules
 from resnet.training import optimizers
-from resnet.model import resnet_model
+from tests.helpers import tiny
 
 
 def dense_layer(kernel, bias, name: str = 'dense') -> keras.layers.Dense:
@@ -83,7 +83,7 @@ def test_default_skip_list_on_variable_paths():
 
 
 def test_resnet_adapts_exactly_its_conv_kernels_and_dense_kernel():
-  model = resnet_model.resnet(18, 3)
+  model = tiny.model(18, 3)
   optimizer = optimizers.LARSMomentum(0.1)
   optimizer.build(model.trainable_variables)
   adapted = [v.path for v in model.trainable_variables if optimizer.adapts(v)]
@@ -259,7 +259,6 @@ def test_lars_runs_without_nesterov_and_its_eval_loss_has_no_l2_term(tmp_path):
   """The reference's LARS has no Nesterov (use_nesterov defaults to true for momentum), and applies the weight
   decay itself: the eval loss must not add an L2 term the training loss does not have."""
   from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
-  from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
   params = tiny.resnet_params(str(tmp_path), enable_lars=True, use_nesterov=True, weight_decay=0.5)
   model = resnet_model_fn.build_model(params)
   optimizer = resnet_model_fn.build_optimizer(params, model)

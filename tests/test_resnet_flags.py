@@ -7,6 +7,7 @@ import pytest
 
 from params import params_dict as pd
 from resnet import params_files
+from params import merging
 from params import resnet_config
 from resnet import run_params
 from params.resnet_config import RESNET_CFG
@@ -389,8 +390,8 @@ def test_params_load_without_tensorflow():
   a config file must not pull it in."""
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
-  code = ('import sys; from params import resnet_config; from resnet import resnet_flags; '
-          "from resnet import params_files; resnet_config.make_params(configs=[('demo', params_files.read_params("
+  code = ('import sys; from params import merging; from resnet import resnet_flags; '
+          "from resnet import params_files; merging.make_params(configs=[('demo', params_files.read_params("
           "params_files.resolve_config_file('demo')).as_dict())]); print('tensorflow' in sys.modules)")
   out = subprocess.run([sys.executable, '-c', code], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        capture_output=True, text=True, timeout=120, check=True).stdout
@@ -433,4 +434,4 @@ def test_the_params_table_offers_the_runners_strategies():
 def test_each_range_is_checked_once_by_the_component_that_takes_it(override, message):
   with pytest.raises(ValueError, match=message):
     run_params.make_params(override, fill_from_data=False)
-  resnet_config.make_params(override)   # the table itself does not repeat the component's check
+  merging.make_params(override)   # the table itself does not repeat the component's check

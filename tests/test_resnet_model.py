@@ -20,6 +20,7 @@ from resnet.model import layers
 from resnet.model import plan
 from resnet.model import tf1_names
 from tools import model_report
+from tests.helpers import tiny
 
 # The expected table, written out independently of params/architectures.py (the reference's model_params).
 BLOCKS = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3],
@@ -52,7 +53,7 @@ def _copy_by_tf1_name(source: keras.Model, target: keras.Model) -> None:
 @functools.lru_cache(maxsize=None)
 def _model_1000(depth: int) -> keras.Model:
   """Each depth with the ImageNet head and dynamic spatial size, built once for the whole module."""
-  return rm.resnet(depth, 1000)
+  return tiny.model(depth, 1000)
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -64,12 +65,12 @@ def _release_models():
 @pytest.fixture(scope='module')
 def resnet50_224():
   """Static 224 px ResNet-50: symbolic shapes only."""
-  return rm.resnet(50, 1000, image_size=224)
+  return tiny.model(50, 1000, image_size=224)
 
 
 @pytest.fixture(scope='module')
 def resnet18_small():
-  return rm.resnet(18, 10)
+  return tiny.model(18, 10)
 
 
 # --- shapes -----------------------------------------------------------------------------------------------------
@@ -124,7 +125,7 @@ def _out(model: keras.Model, layer_name: str) -> int:
     (18, 225, (113, 57, 57, 29, 15, 8)),
 ])
 def test_fixed_padding_gives_reference_feature_map_sizes(resnet50_224, depth, image_size, expected):
-  model = resnet50_224 if depth == 50 else rm.resnet(depth, 10, image_size=image_size)
+  model = resnet50_224 if depth == 50 else tiny.model(depth, 10, image_size=image_size)
   last = [f'block_group{g}_block{n}_out' for g, n in enumerate(BLOCKS[depth], start=1)]
   sizes = tuple(_out(model, name) for name in ['conv2d', 'initial_max_pool'] + last)
   assert sizes == expected
@@ -138,9 +139,9 @@ def test_fixed_padding_gives_reference_feature_map_sizes(resnet50_224, depth, im
 
 def test_unsupported_depth_raises_value_error_listing_supported_depths():
   with pytest.raises(ValueError, match='18, 34, 50, 101, 152, 200'):
-    rm.resnet(42, 10)
-  with pytest.raises(ValueError, match='supported depths'):
-    plan.count_params(26)
+    tiny.model(42, 10)
+  with pytest.raises(ValueError, match='resnet_depth must be one of'):
+    plan.count_params(tiny.config(26, 1000))
 
 
 @pytest.mark.parametrize('depth', [18, 50])
@@ -173,7 +174,7 @@ def test_initializers_match_the_reference():
 
 
 def test_bn_settings_come_from_the_arguments():
-  model = rm.resnet(18, 10, bn_momentum=0.0, bn_epsilon=1e-3)
+  model = tiny.model(18, 10, bn_momentum=0.0, bn_epsilon=1e-3)
   bn = model.get_layer('batch_normalization_7')
   assert (bn.momentum, bn.epsilon) == (0.0, 1e-3)
 
@@ -213,8 +214,8 @@ def test_parameter_counts_match_an_independent_formula(depth):
   trainable, total = _expected_params(depth, 1000)
   assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == trainable
   assert model.count_params() == total
-  assert plan.count_params(depth, 1000) == trainable
-  assert plan.count_params(depth, 1000, include_bn_statistics=True) == total
+  assert plan.count_params(tiny.config(depth, 1000)) == trainable
+  assert plan.count_params(tiny.config(depth, 1000), include_bn_statistics=True) == total
 
 
 # Published counts: torchvision's resnet{18,34,50,101,152} have the same layers, except that the reference (and
@@ -269,7 +270,7 @@ def test_tf1_variable_map_covers_every_resnet50_variable_once_with_reference_sha
   convs = [f'conv2d_{i}/kernel' if i else 'conv2d/kernel' for i in range(53)]
   assert [n for n in names if n.startswith('conv2d')] == convs
   # Shapes follow the analytic conv table, so the table (report) and the model agree too.
-  for name, conv in zip(convs, plan.conv_shapes(50)):
+  for name, conv in zip(convs, plan.conv_shapes(tiny.config(50))):
     assert tuple(names[name].shape) == (conv.kernel, conv.kernel, conv.cin, conv.cout)
 
 
@@ -292,8 +293,8 @@ def test_weight_decay_covers_conv_kernels_and_the_whole_dense_layer_but_no_batch
 
 def test_channels_first_gives_the_same_logits_as_channels_last():
   """Same weights, NHWC vs NCHW body: inference and training (batch statistics) logits agree."""
-  last = rm.resnet(50, 10, data_format='channels_last')
-  first = rm.resnet(50, 10, data_format='channels_first')
+  last = tiny.model(50, 10, data_format='channels_last')
+  first = tiny.model(50, 10, data_format='channels_first')
   _randomize(last)
   _copy_by_tf1_name(last, first)
   images = _images(2, 64)
@@ -308,7 +309,7 @@ def test_channels_first_gives_the_same_logits_as_channels_last():
 
 @pytest.mark.parametrize('policy,compute', [('mixed_bfloat16', 'bfloat16'), ('mixed_float16', 'float16')])
 def test_mixed_precision_keeps_float32_variables_and_logits(policy, compute):
-  model = rm.resnet(18, 10, dtype_policy=policy)
+  model = tiny.model(18, 10, dtype_policy=policy)
   assert keras.config.dtype_policy().name == 'float32'  # no global state touched
   assert all(v.dtype == 'float32' for v in model.weights)
   conv_out = keras.Model(model.input, [model.get_layer('conv2d_5').output, model.output])
@@ -321,7 +322,7 @@ def test_mixed_precision_keeps_float32_variables_and_logits(policy, compute):
 def test_global_mixed_bfloat16_policy_is_honoured():
   keras.mixed_precision.set_dtype_policy('mixed_bfloat16')
   try:
-    model = rm.resnet(18, 10)
+    model = tiny.model(18, 10)
   finally:
     keras.mixed_precision.set_dtype_policy('float32')
   assert model.get_layer('conv2d_3').compute_dtype == 'bfloat16'
@@ -334,8 +335,8 @@ def test_global_mixed_bfloat16_policy_is_honoured():
 
 def test_dropblock_changes_outputs_in_training_but_not_in_inference():
   # 64 px: group 3 is 4x4 (block 3: min-pool path), group 4 is 2x2 (block 2: whole-map path).
-  plain = rm.resnet(50, 10)
-  dropped = rm.resnet(50, 10, dropblock_groups='3,4', dropblock_keep_prob=0.5, dropblock_size=3)
+  plain = tiny.model(50, 10)
+  dropped = tiny.model(50, 10, dropblock_groups='3,4', dropblock_keep_prob=0.5, dropblock_size=3)
   _randomize(plain)
   _copy_by_tf1_name(plain, dropped)
   assert not hasattr(plain, 'dropblock_keep_prob')
@@ -358,7 +359,7 @@ def test_dropblock_changes_outputs_in_training_but_not_in_inference():
 
 
 def test_head_dropout_is_training_only_and_adds_no_tf1_weight():
-  model = rm.resnet(18, 10, dropout_rate=0.5)
+  model = tiny.model(18, 10, dropout_rate=0.5)
   assert isinstance(model.get_layer('dropout'), layers.Dropout)  # one mask per replica (test_replica_masks.py)
   assert len(tf1_names.tf1_variable_map(model)) == len(model.weights)
   images = _images(2, 32)
@@ -378,11 +379,11 @@ def test_dropblock_group_keep_prob_and_schedule():
 
 def test_dropblock_rejects_bad_settings():
   with pytest.raises(ValueError, match='keep_prob'):
-    rm.resnet(50, 10, dropblock_groups=(4,))
+    tiny.model(50, 10, dropblock_groups=(4,))
   with pytest.raises(ValueError, match='1..4'):
-    rm.resnet(50, 10, dropblock_groups=(5,), dropblock_keep_prob=0.9)
+    tiny.model(50, 10, dropblock_groups=(5,), dropblock_keep_prob=0.9)
   with pytest.raises(ValueError, match='bottleneck'):
-    rm.resnet(18, 10, dropblock_groups=(4,), dropblock_keep_prob=0.9)
+    tiny.model(18, 10, dropblock_groups=(4,), dropblock_keep_prob=0.9)
 
 
 def test_projection_shortcut_is_created_first_and_takes_the_block_input():
@@ -395,7 +396,7 @@ def test_projection_shortcut_is_created_first_and_takes_the_block_input():
 
 
 def test_pre_activation_v2_wiring():
-  model = rm.resnet(50, 10, pre_activation=True)
+  model = tiny.model(50, 10, pre_activation=True)
   names = tf1_names.tf1_variable_map(model)
   # No stem BN: the first BN is block 1's pre-activation, and the projection reads its (ReLU'd) output.
   assert model.get_layer('initial_max_pool').input is model.get_layer('conv2d').output
@@ -408,18 +409,18 @@ def test_pre_activation_v2_wiring():
   assert isinstance(model.get_layer('block_group1_block1_add'), keras.layers.Add)
   with pytest.raises(ValueError):
     model.get_layer('block_group1_block1_out')  # v2 blocks end without a ReLU
-  assert bn_widths == plan.bn_channels(50, pre_activation=True)
+  assert bn_widths == plan.bn_channels(tiny.config(50, pre_activation=True))
 
 
 @pytest.mark.parametrize('depth,num_bn', [(18, 17), (50, 49)])
 def test_pre_activation_v2_has_its_own_bn_layout_and_still_maps_to_tf1_names(depth, num_bn):
-  model = rm.resnet(depth, 10, pre_activation=True)
+  model = tiny.model(depth, 10, pre_activation=True)
   names = tf1_names.tf1_variable_map(model)
   assert len(names) == len(model.weights)
   bn_layers = {n.split('/')[0] for n in names if n.startswith('batch_normalization')}
   assert len(bn_layers) == num_bn  # one per block input + between main-path convs, plus the final one
   assert all(np.all(v.numpy() == 1.0) for n, v in names.items() if n.endswith('/gamma'))  # no zero-init in v2
-  assert model.count_params() == plan.count_params(depth, 10, pre_activation=True, include_bn_statistics=True)
+  assert model.count_params() == plan.count_params(tiny.config(depth, 10, pre_activation=True), include_bn_statistics=True)
   assert list(names['batch_normalization/gamma'].shape) == [64]  # first BN: block 1's input, no stem BN
   assert model(_images(1, 32), training=True).shape == (1, 10)
 
@@ -434,7 +435,7 @@ def test_checkpoint_round_trip_and_saved_model_export(tmp_path, resnet18_small):
   expected = model(images, training=False).numpy()
   prefix = tf.train.Checkpoint(model=model).save(str(tmp_path / 'ckpt'))
 
-  restored = rm.resnet(18, 10)
+  restored = tiny.model(18, 10)
   tf.train.Checkpoint(model=restored).restore(prefix).assert_existing_objects_matched()
   np.testing.assert_allclose(restored(images, training=False), expected, rtol=1e-6)
 
@@ -470,10 +471,10 @@ def _layer_flops(model: keras.Model) -> int:
 
 
 def test_analytic_flops_match_a_count_from_the_built_layers(resnet50_224):
-  assert _layer_flops(resnet50_224) == plan.count_flops(50, 224, 1000)
-  assert plan.count_flops(50, 224, 1000) == pytest.approx(8.18e9, rel=0.01)  # the usual "4.1 GMACs"
-  odd = rm.resnet(34, 7, image_size=97)
-  assert _layer_flops(odd) == plan.count_flops(34, 97, 7)
+  assert _layer_flops(resnet50_224) == plan.count_flops(tiny.config(50, 1000), 224)
+  assert plan.count_flops(tiny.config(50, 1000), 224) == pytest.approx(8.18e9, rel=0.01)  # the usual "4.1 GMACs"
+  odd = tiny.model(34, 7, image_size=97)
+  assert _layer_flops(odd) == plan.count_flops(tiny.config(34, 7), 97)
 
 
 def test_analytic_flops_agree_with_the_tf_profiler(resnet18_small):
@@ -484,7 +485,7 @@ def test_analytic_flops_agree_with_the_tf_profiler(resnet18_small):
       option_builder.ProfileOptionBuilder.float_operation()).with_empty_output().build()
   profiled = model_analyzer.profile(graph, options=options).total_float_ops
   # The profiler also counts BN, bias and residual adds: a little more than convs + dense.
-  assert plan.count_flops(18, 64, 10) <= profiled <= 1.02 * plan.count_flops(18, 64, 10)
+  assert plan.count_flops(tiny.config(18, 10), 64) <= profiled <= 1.02 * plan.count_flops(tiny.config(18, 10), 64)
 
 
 def test_model_report_prints_one_row_per_depth():
@@ -521,7 +522,7 @@ RS_OPTIONS = dict(se_ratio=0.25, resnetd_shortcut=True, use_resnetd_stem=True, r
 @pytest.fixture(scope='module')
 def rs18():
   """ResNet-18 with every ResNet-RS option, static 33 px (odd: ceil rounding shows), randomised norms."""
-  model = rm.resnet(18, 10, image_size=33, drop_connect_rate=0.2, **RS_OPTIONS)
+  model = tiny.model(18, 10, image_size=33, drop_connect_rate=0.2, **RS_OPTIONS)
   _randomize(model, seed=3)
   return model
 
@@ -529,7 +530,7 @@ def rs18():
 @pytest.fixture(scope='module')
 def rs50_160():
   """ResNet-RS-50 at 160 px with the ImageNet head: symbolic shapes and counts only."""
-  return rm.resnet(50, 1000, image_size=160, **RS_OPTIONS)
+  return tiny.model(50, 1000, image_size=160, **RS_OPTIONS)
 
 
 def _consumer(model: keras.Model, tensor) -> keras.layers.Layer:
@@ -556,17 +557,17 @@ def test_option_parameter_counts_match_hand_values(resnet18_small, rs18):
   replace_stem_max_pool: 3x3x64x64 = 36864 + BN(64) 128 = +36992.
   ResNet-D shortcut: the same 1x1 convs, after an average pool: +0.
   """
-  base = plan.count_params(18, 10)
-  assert plan.count_params(18, 10, se_ratio=0.25) - base == 350560
-  assert plan.count_params(50, 10, se_ratio=0.25) - plan.count_params(50, 10) == (
+  base = plan.count_params(tiny.config(18, 10))
+  assert plan.count_params(tiny.config(18, 10, se_ratio=0.25)) - base == 350560
+  assert plan.count_params(tiny.config(50, 10, se_ratio=0.25)) - plan.count_params(tiny.config(50, 10)) == (
       3 * 33088 + 4 * (512 * 128 + 128 + 128 * 512 + 512) + 6 * (1024 * 256 + 256 + 256 * 1024 + 1024)
       + 3 * (2048 * 512 + 512 + 512 * 2048 + 2048))
-  assert plan.count_params(18, 10, use_resnetd_stem=True) - base == 19232
-  assert plan.count_params(18, 10, replace_stem_max_pool=True) - base == 36992
-  assert plan.count_params(18, 10, resnetd_shortcut=True) == base
+  assert plan.count_params(tiny.config(18, 10, use_resnetd_stem=True)) - base == 19232
+  assert plan.count_params(tiny.config(18, 10, replace_stem_max_pool=True)) - base == 36992
+  assert plan.count_params(tiny.config(18, 10, resnetd_shortcut=True)) == base
   # The built models: Keras' own counts agree with the hand values and with the analytic count.
   assert _trainable(rs18) - _trainable(resnet18_small) == 350560 + 19232 + 36992
-  assert rs18.count_params() == plan.count_params(18, 10, include_bn_statistics=True, **RS_OPTIONS)
+  assert rs18.count_params() == plan.count_params(tiny.config(18, 10, **RS_OPTIONS), include_bn_statistics=True)
 
 
 # Bello et al. 2021, "Revisiting ResNets", Table 7: ResNet-RS parameter counts (millions, 1000 classes).
@@ -575,21 +576,21 @@ PUBLISHED_RS_PARAMS_M = {50: 35.7, 101: 63.6, 152: 86.6, 200: 93.2, 270: 129.9, 
 
 def test_resnet_rs_parameter_counts_match_the_published_ones(rs50_160):
   assert round(_trainable(rs50_160) / 1e6, 1) == 35.7
-  assert _trainable(rs50_160) == plan.count_params(50, 1000, **RS_OPTIONS)
-  assert rs50_160.count_params() == plan.count_params(50, 1000, include_bn_statistics=True, **RS_OPTIONS)
+  assert _trainable(rs50_160) == plan.count_params(tiny.config(50, 1000, **RS_OPTIONS))
+  assert rs50_160.count_params() == plan.count_params(tiny.config(50, 1000, **RS_OPTIONS), include_bn_statistics=True)
   for depth, millions in PUBLISHED_RS_PARAMS_M.items():
-    assert round(plan.count_params(depth, 1000, **RS_OPTIONS) / 1e6, 1) == millions, depth
+    assert round(plan.count_params(tiny.config(depth, 1000, **RS_OPTIONS)) / 1e6, 1) == millions, depth
   # The same paper gives 4.6 GFLOPs for ResNet-RS-50 at 160 px (2 x multiply-adds).
-  assert _layer_flops(rs50_160) == plan.count_flops(50, 160, 1000, **RS_OPTIONS)
-  assert plan.count_flops(50, 160, 1000, **RS_OPTIONS) == pytest.approx(4.6e9, rel=0.01)
+  assert _layer_flops(rs50_160) == plan.count_flops(tiny.config(50, 1000, **RS_OPTIONS), 160)
+  assert plan.count_flops(tiny.config(50, 1000, **RS_OPTIONS), 160) == pytest.approx(4.6e9, rel=0.01)
 
 
 def test_conv_table_and_tf1_names_follow_creation_order_with_se(rs50_160):
   names = tf1_names.tf1_variable_map(rs50_160)
   assert len(names) == len(rs50_160.weights)
   convs = [n for n in names if n.startswith('conv2d') and n.endswith('/kernel')]
-  assert len(convs) == len(plan.conv_shapes(50, **RS_OPTIONS)) == 4 + 52 + 2 * 16  # stem, blocks, SE
-  for name, conv in zip(convs, plan.conv_shapes(50, **RS_OPTIONS)):
+  assert len(convs) == len(plan.conv_shapes(tiny.config(50, **RS_OPTIONS))) == 4 + 52 + 2 * 16  # stem, blocks, SE
+  for name, conv in zip(convs, plan.conv_shapes(tiny.config(50, **RS_OPTIONS))):
     assert tuple(names[name].shape) == (conv.kernel, conv.kernel, conv.cin, conv.cout), name
   order = list(names)
   # Stem: conv2d 3x3x3x32 s2 (+ batch_normalization), ... the replacement conv conv2d_3; block 1: projection
@@ -637,7 +638,7 @@ def test_resnetd_shortcut_average_pools_before_a_stride_1_projection(rs18):
     assert projection.output.shape == rs18.get_layer(f'block_group{group}_block1_se_excite').output.shape
   with pytest.raises(ValueError):
     rs18.get_layer('block_group1_block1_shortcut_avg_pool')  # stride-1 group: plain projection
-  plain = rm.resnet(18, 10, image_size=33, resnetd_shortcut=False, **{k: v for k, v in RS_OPTIONS.items()
+  plain = tiny.model(18, 10, image_size=33, resnetd_shortcut=False, **{k: v for k, v in RS_OPTIONS.items()
                                                                        if k != 'resnetd_shortcut'})
   assert not any(isinstance(layer, keras.layers.AveragePooling2D) for layer in plain.layers)
   # Stem convs 0-3; group 1: 4-8 and 9-12 (SE convs included); group 2's projection is conv2d_13.
@@ -667,7 +668,7 @@ def test_stochastic_depth_rates_grow_linearly_per_group(rs18):
   assert rates == pytest.approx({'block_group1_block1': 0.08, 'block_group2_block2': 0.12,
                                  'block_group3_block1': 0.16, 'block_group4_block2': 0.2})
   assert layers.drop_connect_rate_for_group(None, 4) == 0.0
-  plain = rm.resnet(18, 10, drop_connect_rate=0.0)
+  plain = tiny.model(18, 10, drop_connect_rate=0.0)
   assert not any(isinstance(layer, layers.StochasticDepth) for layer in plain.layers)
 
 
@@ -743,15 +744,15 @@ def test_evonorm_matches_a_numpy_implementation(kind, channels, groups):
 def test_evonorm_needs_pre_activation_and_names_the_fix():
   for layer in ('evonorm_b0', 'evonorm_s0'):
     with pytest.raises(ValueError, match=r'pre_activation=true.*bn_relu'):
-      rm.resnet(18, 10, norm_act_layer=layer)
+      tiny.model(18, 10, norm_act_layer=layer)
     with pytest.raises(ValueError, match='pre_activation=true'):
-      plan.count_params(18, 10, norm_act_layer=layer)
-  with pytest.raises(ValueError, match='bn_relu, evonorm_b0, evonorm_s0'):
-    rm.resnet(18, 10, pre_activation=True, norm_act_layer='group_norm')
+      plan.count_params(tiny.config(18, 10, norm_act_layer=layer))
+  with pytest.raises(ValueError, match=r"norm_act_layer must be one of \['bn_relu', 'evonorm_b0', 'evonorm_s0'\]"):
+    tiny.model(18, 10, pre_activation=True, norm_act_layer='group_norm')
 
 
 def test_evonorm_b0_model_has_tf1_names_counts_and_no_weight_decay_on_evonorm():
-  model = rm.resnet(18, 10, pre_activation=True, norm_act_layer='evonorm_b0')
+  model = tiny.model(18, 10, pre_activation=True, norm_act_layer='evonorm_b0')
   names = tf1_names.tf1_variable_map(model)
   assert len(names) == len(model.weights)
   assert not any(n.startswith('batch_normalization') for n in names)
@@ -764,11 +765,10 @@ def test_evonorm_b0_model_has_tf1_names_counts_and_no_weight_decay_on_evonorm():
   # Hand count: 17 EvoNorms (as v2's 17 BNs) with beta, gamma, v (+ moving_variance) per channel.
   # Channels: per block the input's pre-activation and the one between the convs; a final one after group 4.
   # (64+64 + 64+64) + (64+128 + 128+128) + (128+256 + 256+256) + (256+512 + 512+512) + 512 = 3904.
-  channels = sum(plan.bn_channels(18, pre_activation=True))
+  channels = sum(plan.bn_channels(tiny.config(18, pre_activation=True)))
   assert channels == 3904
-  assert model.count_params() == plan.count_params(18, 10, pre_activation=True) + channels + channels
-  assert model.count_params() == plan.count_params(18, 10, pre_activation=True, include_bn_statistics=True,
-                                                 norm_act_layer='evonorm_b0')
+  assert model.count_params() == plan.count_params(tiny.config(18, 10, pre_activation=True)) + channels + channels
+  assert model.count_params() == plan.count_params(tiny.config(18, 10, pre_activation=True, norm_act_layer='evonorm_b0'), include_bn_statistics=True)
 
 
 # --- precision, layout, XLA -------------------------------------------------------------------------------------
@@ -789,7 +789,7 @@ def test_new_options_build_and_run_under_mixed_bfloat16_and_channels_first():
   if not _cpu_runs_bfloat16_channels_first():
     pytest.skip('this CPU has no bfloat16 NCHW convolution kernel (needs AVX-512 BF16 or AMX); the float32 '
                 'channels_first tests run')
-  model = rm.resnet(18, 10, data_format='channels_first', dtype_policy='mixed_bfloat16', pre_activation=True,
+  model = tiny.model(18, 10, data_format='channels_first', dtype_policy='mixed_bfloat16', pre_activation=True,
                     norm_act_layer='evonorm_s0', drop_connect_rate=0.2, **RS_OPTIONS)
   assert all(v.dtype == 'float32' for v in model.weights)
   evonorm, se_conv = model.get_layer('evonorm_5'), model.get_layer('conv2d_7')  # conv2d_7: block 1's SE reduce
@@ -804,8 +804,8 @@ def test_new_options_build_and_run_under_mixed_bfloat16_and_channels_first():
 
 def test_channels_first_matches_channels_last_with_evonorm_se_and_resnetd():
   options = dict(pre_activation=True, norm_act_layer='evonorm_b0', se_ratio=0.25, resnetd_shortcut=True)
-  last = rm.resnet(18, 10, **options)
-  first = rm.resnet(18, 10, data_format='channels_first', **options)
+  last = tiny.model(18, 10, **options)
+  first = tiny.model(18, 10, data_format='channels_first', **options)
   rng = np.random.default_rng(2)
   for name, var in tf1_names.tf1_variable_map(last).items():
     if name.startswith('evonorm') or name.endswith('/bias'):
@@ -836,10 +836,10 @@ def test_xla_compiled_training_step_with_se_resnetd_and_stochastic_depth(rs18):
 
 
 def test_bad_option_values_raise_clear_errors():
-  with pytest.raises(ValueError, match=r'se_ratio must be in \(0, 1\]'):
-    rm.resnet(18, 10, se_ratio=1.5)
-  with pytest.raises(ValueError, match=r'drop_connect_rate must be in \[0, 1\)'):
-    rm.resnet(18, 10, drop_connect_rate=1.0)
+  with pytest.raises(ValueError, match=r'se_ratio must be > 0 and <= 1, got 1.5'):
+    tiny.model(18, 10, se_ratio=1.5)
+  with pytest.raises(ValueError, match=r'drop_connect_rate must be >= 0 and < 1, got 1.0'):
+    tiny.model(18, 10, drop_connect_rate=1.0)
   with pytest.raises(ValueError, match='rate must be in'):
     layers.StochasticDepth(-0.1)
 
@@ -847,7 +847,7 @@ def test_bad_option_values_raise_clear_errors():
 def test_model_report_counts_the_resnet_rs_options():
   rows = {r['depth']: r for r in model_report.report_rows(160, 1000, **RS_OPTIONS)}
   assert round(rows[50]['params'] / 1e6, 1) == 35.7
-  assert rows[50]['params'] == plan.count_params(50, 1000, **RS_OPTIONS)
+  assert rows[50]['params'] == plan.count_params(tiny.config(50, 1000, **RS_OPTIONS))
   evonorm = {r['depth']: r for r in model_report.report_rows(224, 1000, True, 'evonorm_s0')}
   assert evonorm[50]['bn_statistics'] == 0  # S0 keeps no statistics
   with pytest.raises(ValueError, match='pre_activation'):
@@ -861,8 +861,8 @@ def test_model_report_counts_the_resnet_rs_options():
 def test_resnet_rs_depths_follow_the_block_table(depth):
   assert list(architectures.architecture(depth).blocks) == BLOCKS[depth]
   trainable, total = _expected_params(depth, 1000)
-  assert plan.count_params(depth, 1000) == trainable
-  assert plan.count_params(depth, 1000, include_bn_statistics=True) == total
+  assert plan.count_params(tiny.config(depth, 1000)) == trainable
+  assert plan.count_params(tiny.config(depth, 1000), include_bn_statistics=True) == total
 
 
 def test_building_past_pythons_recursion_limit_works_and_restores_the_limit():
@@ -874,7 +874,7 @@ def test_building_past_pythons_recursion_limit_works_and_restores_the_limit():
   low = len(inspect.stack()) + 120
   sys.setrecursionlimit(low)
   try:
-    model = rm.resnet(50, 10)
+    model = tiny.model(50, 10)
     assert sys.getrecursionlimit() == low
   finally:
     sys.setrecursionlimit(limit)
@@ -885,7 +885,7 @@ def test_building_past_pythons_recursion_limit_works_and_restores_the_limit():
                     reason='builds ResNet-270/350/420 (~15-25 s each on 2 cores): set RESNET_TEST_DEEP_MODELS=1')
 @pytest.mark.parametrize('depth', RS_DEPTHS)
 def test_resnet_rs_depths_build_with_the_block_table_counts(depth):
-  model = rm.resnet(depth, 10, image_size=32)
+  model = tiny.model(depth, 10, image_size=32)
   assert model.count_params() == _expected_params(depth, 10)[1]
   assert len(tf1_names.tf1_variable_map(model)) == len(model.weights)
 
@@ -900,18 +900,18 @@ def _conv_strides(model: keras.Model) -> list:
 def test_variant_options_build_what_the_conv_table_says():
   """stride_in_1x1 moves each stage's stride to the first 1x1; 'shape_change' drops ResNet-18's group-1
   projection (torchvision has none); the analytic table and parameter counts follow."""
-  plain = rm.resnet(18, 10, image_size=32, projection_shortcut='shape_change', stem_pool_padding='symmetric')
-  assert plain.count_params() == plan.count_params(18, 10, include_bn_statistics=True, projection_shortcut='shape_change')
-  assert len(plan.conv_shapes(18, projection_shortcut='shape_change')) == len(plan.conv_shapes(18)) - 1 == 20
-  assert _conv_strides(plain) == [(c.kernel, c.stride) for c in plan.conv_shapes(18, projection_shortcut='shape_change')]
-  v1 = rm.resnet(50, 10, image_size=32, stride_in_1x1=True)
-  table = plan.conv_shapes(50, stride_in_1x1=True)
+  plain = tiny.model(18, 10, image_size=32, projection_shortcut='shape_change', stem_pool_padding='symmetric')
+  assert plain.count_params() == plan.count_params(tiny.config(18, 10, projection_shortcut='shape_change'), include_bn_statistics=True)
+  assert len(plan.conv_shapes(tiny.config(18, projection_shortcut='shape_change'))) == len(plan.conv_shapes(tiny.config(18))) - 1 == 20
+  assert _conv_strides(plain) == [(c.kernel, c.stride) for c in plan.conv_shapes(tiny.config(18, projection_shortcut='shape_change'))]
+  v1 = tiny.model(50, 10, image_size=32, stride_in_1x1=True)
+  table = plan.conv_shapes(tiny.config(50, stride_in_1x1=True))
   assert _conv_strides(v1) == [(c.kernel, c.stride) for c in table]
   assert [(c.kernel, c.stride) for c in table[11:15]] == [(1, 2), (1, 2), (3, 1), (1, 1)]  # group 2's first block
-  assert plan.count_flops(50, 224, stride_in_1x1=True) < plan.count_flops(50, 224)  # its 3x3s run on smaller maps
+  assert plan.count_flops(tiny.config(50, 1000, stride_in_1x1=True), 224) < plan.count_flops(tiny.config(50, 1000), 224)  # its 3x3s run on smaller maps
   assert v1.variant.stride_in_1x1 and plain.variant.projection_shortcut == 'shape_change'
   with pytest.raises(ValueError, match='stride_in_1x1=true needs a bottleneck depth'):
-    rm.resnet(18, 10, stride_in_1x1=True)
+    tiny.model(18, 10, stride_in_1x1=True)
 
 
 def test_symmetric_stem_pool_and_caffe_normalisation():

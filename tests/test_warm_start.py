@@ -24,6 +24,7 @@ from resnet.weights import warm_start as ws
 from resnet.estimator.estimator import Estimator
 from resnet.estimator.run_config import RunConfig
 from resnet.estimator.spec import ModeKeys
+from tests.helpers import tiny
 
 IMAGE_SIZE = 32
 BN_STATS = ('/moving_mean', '/moving_variance')
@@ -173,7 +174,7 @@ def tf1_values(depth: int, num_classes: int, seed: int = 0) -> dict:
   if depth == 18:
     convs = reference_resnet18_convs()
   else:
-    convs = [(c.kernel, c.cin, c.cout) for c in plan.conv_shapes(depth)]
+    convs = [(c.kernel, c.cin, c.cout) for c in plan.conv_shapes(tiny.config(depth))]
   out = {}
   for i, (kernel, cin, cout) in enumerate(convs):
     out[f'{tf1_name("conv2d", i)}/kernel'] = rng.normal(0, 0.1, (kernel, kernel, cin, cout))
@@ -244,7 +245,7 @@ def test_tf1_checkpoint_restores_every_variable(tmp_path):
 def test_tf1_head_of_another_width_is_skipped_with_the_background_note(tmp_path, caplog):
   source = tf1_values(18, 1001)
   path = write_tf1_checkpoint(str(tmp_path / 'tf1' / 'model.ckpt'), source)
-  model = resnet_model.resnet(18, 1000)
+  model = tiny.model(18, 1000)
   with caplog.at_level(std_logging.INFO), caplog.at_level(std_logging.INFO, logger='absl'):
     summary = ws.warm_start(model, str(tmp_path / 'tf1'))
   assert summary.skipped == [('dense/kernel', (512, 1001), (512, 1000)), ('dense/bias', (1001,), (1000,))]
@@ -274,7 +275,7 @@ def test_nothing_matching_is_an_error(tmp_path):
       path = saver.save(session, str(tmp_path / 'other' / 'model.ckpt'))
   with pytest.raises(ws.WarmStartMismatchError,
                      match=r'no checkpoint variable matches.*encoder/layer_0/weights.*conv2d/kernel'):
-    ws.warm_start(resnet_model.resnet(18, 3), path)
+    ws.warm_start(tiny.model(18, 3), path)
 
 
 def _index(name: str) -> int:
@@ -289,7 +290,7 @@ def resnet50_group1(num_classes: int = 3) -> dict:
 
 def test_a_different_depth_raises_naming_variables_and_shapes_and_copies_nothing(tmp_path):
   path = write_tf1_checkpoint(str(tmp_path / 'r50' / 'model.ckpt'), resnet50_group1())
-  model = resnet_model.resnet(18, 3)
+  model = tiny.model(18, 3)
   before = values(model)
   with pytest.raises(ws.WarmStartMismatchError) as raised:
     ws.warm_start(model, path)
@@ -311,13 +312,13 @@ def test_a_checkpoint_missing_backbone_variables_raises_naming_them(tmp_path):
   with pytest.raises(ws.WarmStartMismatchError,
                      match=r'5 of 107 .* conv2d_20/kernel model \[3,3,512,512\] checkpoint missing; '
                            r'batch_normalization_20/gamma model \[512\] checkpoint missing'):
-    ws.warm_start(resnet_model.resnet(18, 3), path)
+    ws.warm_start(tiny.model(18, 3), path)
 
 
 def test_allow_partial_restores_equal_shapes_and_warns(tmp_path, caplog):
   source = resnet50_group1()
   path = write_tf1_checkpoint(str(tmp_path / 'r50' / 'model.ckpt'), source)
-  model = resnet_model.resnet(18, 3)
+  model = tiny.model(18, 3)
   shapes = {name: tuple(v.shape) for name, v in tf1_names.tf1_variable_map(model).items()}
   with caplog.at_level(std_logging.INFO), caplog.at_level(std_logging.INFO, logger='absl'):
     summary = ws.warm_start(model, path, allow_partial=True)
@@ -331,7 +332,7 @@ def test_allow_partial_restores_equal_shapes_and_warns(tmp_path, caplog):
 def test_a_checkpoint_without_a_head_restores_the_backbone(tmp_path):
   source = {k: v for k, v in tf1_values(18, 3).items() if not k.startswith('dense/')}
   path = write_tf1_checkpoint(str(tmp_path / 'backbone' / 'model.ckpt'), source, slots=())
-  model = resnet_model.resnet(18, 3)
+  model = tiny.model(18, 3)
   head = values(model)['dense/kernel']
   summary = ws.warm_start(model, path)
   assert summary.missing == ['dense/kernel', 'dense/bias'] and summary.skipped == []
@@ -347,22 +348,22 @@ def test_moving_averages_of_a_trained_run_are_read_when_asked(trained):
   # Two updates at decay 2/11 and 3/12 left the averages short of the trained weights.
   assert not np.allclose(shadows['conv2d/kernel'], raw['conv2d/kernel'])
 
-  averaged_model = resnet_model.resnet(18, 3)
+  averaged_model = tiny.model(18, 3)
   summary = ws.warm_start(averaged_model, trained.model_dir, use_moving_average=True)
   assert summary.moving_average and len(summary.restored) == 107
   for name, value in values(averaged_model).items():
     np.testing.assert_array_equal(value, shadows[name], err_msg=name)  # TF1 name == Keras path for this ResNet
 
-  raw_model = resnet_model.resnet(18, 3)
+  raw_model = tiny.model(18, 3)
   ws.warm_start(raw_model, trained.model_dir)
   for name, value in values(raw_model).items():
     np.testing.assert_array_equal(value, raw[name], err_msg=name)
 
 
 def test_moving_averages_asked_of_a_checkpoint_without_them_is_an_error(tmp_path):
-  path = tf.train.Checkpoint(model=resnet_model.resnet(18, 3)).save(str(tmp_path / 'plain' / 'ckpt'))
+  path = tf.train.Checkpoint(model=tiny.model(18, 3)).save(str(tmp_path / 'plain' / 'ckpt'))
   with pytest.raises(ws.WarmStartMismatchError, match=r"moving averages were requested .* no 'ema' object"):
-    ws.warm_start(resnet_model.resnet(18, 3), path, use_moving_average=True)
+    ws.warm_start(tiny.model(18, 3), path, use_moving_average=True)
 
 
 def test_reference_exponential_moving_average_names_are_read_when_asked(tmp_path):
@@ -370,7 +371,7 @@ def test_reference_exponential_moving_average_names_are_read_when_asked(tmp_path
   averages = {name: value + 2 for name, value in source.items()}
   path = write_tf1_checkpoint(str(tmp_path / 'tf1ema' / 'model.ckpt'), source, scope='resnet_model/', slots=(),
                               averages=averages)
-  model = resnet_model.resnet(18, 3)
+  model = tiny.model(18, 3)
   summary = ws.warm_start(model, path, use_moving_average=True)
   assert summary.source_format == 'tf1' and len(summary.restored) == len(source)
   for name, value in values(model).items():
@@ -382,7 +383,7 @@ def test_reference_exponential_moving_average_names_are_read_when_asked(tmp_path
 # ------------------------------------------------------------------------------------------------ resnet_main
 def test_warm_start_if_new_leaves_a_resumed_run_alone(trained, tmp_path, monkeypatch):
   """resnet_main's path: a model_dir with a checkpoint resumes; a fresh one warm-starts, then trains from step 0."""
-  resnet_main = pytest.importorskip('resnet.resnet_main', exc_type=ImportError)
+  from resnet import wiring  # pylint: disable=import-outside-toplevel
   calls = []
   real_warm_start = ws.warm_start
   monkeypatch.setattr(ws, 'warm_start',
@@ -393,10 +394,10 @@ def test_warm_start_if_new_leaves_a_resumed_run_alone(trained, tmp_path, monkeyp
     allow_partial_warm_start = False
 
   resumed = make_runner(make_params(trained.model_dir))
-  resnet_main.warm_start_if_new(resumed, P)
+  wiring.warm_start_if_new(resumed, P)
   assert calls == []
   fresh = make_runner(make_params(str(tmp_path / 'new'), num_classes=5, train_steps=1))
-  resnet_main.warm_start_if_new(fresh, P)
+  wiring.warm_start_if_new(fresh, P)
   assert [len(summary.restored) for summary in calls] == [105]
   fresh.train(synthetic_input, max_steps=1)  # restore() finds no checkpoint in the new model_dir: weights stay
   assert int(fresh.global_step.numpy()) == 1

@@ -185,8 +185,9 @@ def run_keras_baseline(s: Settings, learning_rate: float, schedule: str) -> Dict
   steps = epochs * steps_per_epoch(s.batch_size, s.num_train_images)
   train_ds = keras_dataset(s.data_dir, 'train', s.image_size, s.batch_size, True, s.seed)
   eval_ds = keras_dataset(s.data_dir, 'validation', s.image_size, s.batch_size, False, s.seed)
-  model = resnet_model.resnet(resnet_depth=s.resnet_depth, num_classes=s.num_classes, dtype_policy='float32',
-                              image_size=s.image_size)
+  from params.model_config import ModelConfig  # pylint: disable=g-import-not-at-top
+  model = resnet_model.resnet(ModelConfig(resnet_depth=s.resnet_depth, num_label_classes=s.num_classes),
+                              dtype_policy='float32', image_size=s.image_size)
   lr = (keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps=steps) if schedule == 'cosine'
         else learning_rate)
   model.compile(optimizer=keras.optimizers.SGD(learning_rate=lr, momentum=0.9),

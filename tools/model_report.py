@@ -16,6 +16,7 @@ from absl import app
 from absl import flags
 from absl import logging
 from params import architectures
+from params.model_config import ModelConfig
 from resnet.model import plan
 
 FLAGS = flags.FLAGS
@@ -50,19 +51,19 @@ def report_rows(image_size: int, num_classes: int, pre_activation: bool = False,
 
   Raises ValueError for an invalid combination (e.g. EvoNorm without pre_activation), as resnet() would.
   """
-  options = dict(se_ratio=se_ratio, resnetd_shortcut=resnetd_shortcut, use_resnetd_stem=use_resnetd_stem,
-                 replace_stem_max_pool=replace_stem_max_pool)
   rows = []
   for depth in architectures.SUPPORTED_DEPTHS:
-    params = plan.count_params(depth, num_classes, pre_activation, norm_act_layer=norm_act_layer, **options)
-    total = plan.count_params(depth, num_classes, pre_activation, include_bn_statistics=True,
-                                      norm_act_layer=norm_act_layer, **options)
+    config = ModelConfig(resnet_depth=depth, num_label_classes=num_classes, pre_activation=pre_activation,
+                         norm_act_layer=norm_act_layer, se_ratio=se_ratio, resnetd_shortcut=resnetd_shortcut,
+                         use_resnetd_stem=use_resnetd_stem, replace_stem_max_pool=replace_stem_max_pool)
+    params = plan.count_params(config)
+    total = plan.count_params(config, include_bn_statistics=True)
     rows.append({
         'depth': depth,
-        'block': architectures.architecture(depth).kind,
+        'block': config.spec.kind,
         'params': params,
         'bn_statistics': total - params,
-        'flops': plan.count_flops(depth, image_size, num_classes, **options),
+        'flops': plan.count_flops(config, image_size),
     })
   return rows
 

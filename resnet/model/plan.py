@@ -1,10 +1,11 @@
-"""A ResNet's size and cost from its architecture and options alone, without building it: the layer plan, the
-parameter count and the FLOPs (``tools/model_report.py``, the benchmarks' MFU); tests check them against the
-built model.
+"""A ResNet's size and cost from its ModelConfig alone, without building it: the layer plan, the parameter count
+and the FLOPs (``tools/model_report.py``, the benchmarks, the checkpoint check); tests check them against the built
+model.
 """
 from typing import NamedTuple
 
-from params.architectures import architecture, check_norm_act_layer, check_se_ratio
+from params.architectures import architecture
+from params.model_config import ModelConfig
 from resnet.model.layers import GROUP_FILTERS, GROUP_STRIDES, RESNETD_STEM_FILTERS, STEM_FILTERS, se_filters
 
 class ConvShape(NamedTuple):
@@ -22,15 +23,12 @@ class NormShape(NamedTuple):
   activation: bool  # False: affine only (post-activation projection and last norm of a block)
 
 
-def layer_plan(resnet_depth: int, pre_activation: bool = False, *, se_ratio: float | None = None,
-               resnetd_shortcut: bool = False, use_resnetd_stem: bool = False,
-               replace_stem_max_pool: bool = False, stride_in_1x1: bool = False,
-               projection_shortcut: str = 'every_group') -> list[ConvShape | NormShape]:
+def layer_plan(config: ModelConfig) -> list[ConvShape | NormShape]:
   """Every conv and norm-activation layer in creation order, as resnet() creates them."""
-  spec = architecture(resnet_depth)
-  se_ratio = check_se_ratio(se_ratio)
+  spec = config.spec
+  pre_activation, se_ratio = config.pre_activation, config.se_ratio
   plan: list[ConvShape | NormShape] = []
-  if use_resnetd_stem:
+  if config.use_resnetd_stem:
     (f1, f2, f3) = RESNETD_STEM_FILTERS
     plan += [ConvShape(3, 3, f1, 2, 2), NormShape(f1, True), ConvShape(3, f1, f2, 1, 2), NormShape(f2, True),
              ConvShape(3, f2, f3, 1, 2)]
@@ -40,7 +38,7 @@ def layer_plan(resnet_depth: int, pre_activation: bool = False, *, se_ratio: flo
     cin = STEM_FILTERS
   if not pre_activation:
     plan.append(NormShape(cin, True))
-  if replace_stem_max_pool:
+  if config.replace_stem_max_pool:
     plan += [ConvShape(3, cin, STEM_FILTERS, 2, 4), NormShape(STEM_FILTERS, True)]
     cin = STEM_FILTERS
   reduction = 4  # the stem max pool (or its replacement conv) halves again
@@ -51,13 +49,14 @@ def layer_plan(resnet_depth: int, pre_activation: bool = False, *, se_ratio: flo
       out = reduction * s
       if pre_activation:
         plan.append(NormShape(cin, True))
-      if block == 0 and (projection_shortcut == 'every_group' or s != 1 or cin != cout):
-        plan.append(ConvShape(1, cin, cout, 1 if resnetd_shortcut and s == 2 else s, out))
+      if block == 0 and (config.projection_shortcut == 'every_group' or s != 1 or cin != cout):
+        plan.append(ConvShape(1, cin, cout, 1 if config.resnetd_shortcut and s == 2 else s, out))
         if not pre_activation:
           plan.append(NormShape(cout, False))
       if spec.kind == 'bottleneck':
-        first = ConvShape(1, cin, filters, s, out) if stride_in_1x1 else ConvShape(1, cin, filters, 1, reduction)
-        plan += [first, NormShape(filters, True), ConvShape(3, filters, filters, 1 if stride_in_1x1 else s, out),
+        first = (ConvShape(1, cin, filters, s, out) if config.stride_in_1x1
+                 else ConvShape(1, cin, filters, 1, reduction))
+        plan += [first, NormShape(filters, True), ConvShape(3, filters, filters, 1 if config.stride_in_1x1 else s, out),
                  NormShape(filters, True), ConvShape(1, filters, cout, 1, out)]
       else:
         plan += [ConvShape(3, cin, filters, s, out), NormShape(filters, True), ConvShape(3, filters, filters, 1, out)]
@@ -73,14 +72,14 @@ def layer_plan(resnet_depth: int, pre_activation: bool = False, *, se_ratio: flo
   return plan
 
 
-def conv_shapes(resnet_depth: int, **options) -> list[ConvShape]:
-  """Every conv in creation order (== TF1 ``conv2d[_i]`` order). options: layer_plan's keyword arguments."""
-  return [c for c in layer_plan(resnet_depth, **options) if isinstance(c, ConvShape)]
+def conv_shapes(config: ModelConfig) -> list[ConvShape]:
+  """Every conv in creation order (== TF1 ``conv2d[_i]`` order)."""
+  return [c for c in layer_plan(config) if isinstance(c, ConvShape)]
 
 
-def bn_channels(resnet_depth: int, pre_activation: bool = False, **options) -> list[int]:
+def bn_channels(config: ModelConfig) -> list[int]:
   """Channel count of every norm layer (BN or EvoNorm) in creation order."""
-  return [n.channels for n in layer_plan(resnet_depth, pre_activation, **options) if isinstance(n, NormShape)]
+  return [n.channels for n in layer_plan(config) if isinstance(n, NormShape)]
 
 
 def num_features(resnet_depth: int) -> int:
@@ -100,20 +99,14 @@ def _norm_params(norm: NormShape, norm_act_layer: str) -> tuple[int, int]:
   return 3 * c, (c if norm_act_layer == 'evonorm_b0' else 0)
 
 
-def count_params(resnet_depth: int, num_classes: int = 1000, pre_activation: bool = False,
-                 include_bn_statistics: bool = False, *, norm_act_layer: str = 'bn_relu', **options) -> int:
-  """Parameters: conv kernels (+ SE biases) + norm parameters (+ their moving statistics if asked) + dense.
-
-  options: layer_plan's keyword arguments (se_ratio, resnetd_shortcut, use_resnetd_stem, replace_stem_max_pool,
-  stride_in_1x1, projection_shortcut).
-  """
-  check_norm_act_layer(norm_act_layer, pre_activation)
-  total = num_features(resnet_depth) * num_classes + num_classes
-  for layer in layer_plan(resnet_depth, pre_activation, **options):
+def count_params(config: ModelConfig, include_bn_statistics: bool = False) -> int:
+  """Parameters: conv kernels (+ SE biases) + norm parameters (+ their moving statistics if asked) + dense."""
+  total = num_features(config.resnet_depth) * config.num_label_classes + config.num_label_classes
+  for layer in layer_plan(config):
     if isinstance(layer, ConvShape):
       total += layer.kernel * layer.kernel * layer.cin * layer.cout + (layer.cout if layer.bias else 0)
     else:
-      trainable, statistics = _norm_params(layer, norm_act_layer)
+      trainable, statistics = _norm_params(layer, config.norm_act_layer)
       total += trainable + (statistics if include_bn_statistics else 0)
   return total
 
@@ -123,10 +116,9 @@ def feature_size(image_size: int, reduction: int) -> int:
   return -(-image_size // reduction)
 
 
-def count_flops(resnet_depth: int, image_size: int = 224, num_classes: int = 1000, **options) -> int:
+def count_flops(config: ModelConfig, image_size: int = 224) -> int:
   """Forward FLOPs for one image, convs + dense only, FLOPs = 2 x multiply-adds (norms, ReLU, pool, adds, biases
-  and the SE gating ignored). options: layer_plan's keyword arguments (pre_activation changes no conv)."""
-  options.pop('pre_activation', None)
+  and the SE gating ignored)."""
   macs = sum(c.kernel * c.kernel * c.cin * c.cout * (1 if c.pooled else feature_size(image_size, c.reduction) ** 2)
-             for c in conv_shapes(resnet_depth, **options))
-  return 2 * (macs + num_features(resnet_depth) * num_classes)
+             for c in conv_shapes(config))
+  return 2 * (macs + num_features(config.resnet_depth) * config.num_label_classes)

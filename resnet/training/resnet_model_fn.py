@@ -10,7 +10,6 @@ Everything inside the replica step is TPU-clean: numeric dtypes only (no float64
 (The label range check is an Assert: XLA compiles it to nothing, so on TPUs the input pipeline's check is the one.)
 """
 import contextlib
-import functools
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
@@ -18,6 +17,7 @@ import keras
 import tensorflow as tf
 
 from official_input import resnet_preprocessing
+from params.model_config import ModelConfig
 from resnet.training import ema as ema_lib
 from resnet.training import fine_tuning
 from resnet.training import lr_schedules
@@ -31,6 +31,9 @@ from resnet.estimator.spec import EstimatorSpec, ModeKeys, ObjectScope, RunParam
 MODEL, OPTIMIZER = 'model', 'optimizer'
 # The training loss's data term (the loss without weight decay), a train scalar: what the divergence check reads.
 CROSS_ENTROPY = 'cross_entropy'
+# How much the logits vary across a replica's batch (their standard deviation over the batch, averaged over the
+# classes), a train scalar: near 0 means the model answers every input alike (a collapse the divergence check names).
+OUTPUT_SPREAD = 'output_spread'
 
 
 def dtype_policy(precision: str) -> str:
@@ -39,61 +42,12 @@ def dtype_policy(precision: str) -> str:
 
 
 def build_model(params: Mapping[str, Any]) -> keras.Model:
-  model = _build_resnet(params)
+  model = resnet_model.resnet(ModelConfig.from_params(params), dtype_policy(params['precision']))
   fine_tuning.log_settings(params)
   if params['freeze_batch_norm']:
     frozen = fine_tuning.freeze_batch_norm_statistics(model)
     logging.info('freeze_batch_norm: %d batch-norm layers keep their moving statistics while training.', frozen)
   return model
-
-
-def _build_resnet(params: Mapping[str, Any]) -> keras.Model:
-  return resnet_model.resnet(
-      resnet_depth=params['resnet_depth'],
-      num_classes=params['num_label_classes'],
-      data_format=params['data_format'],
-      bn_momentum=params['bn_momentum'],
-      bn_epsilon=params['bn_epsilon'],
-      pre_activation=params['pre_activation'],
-      dropout_rate=params['dropout_rate'],
-      dropblock_groups=params['dropblock_groups'],
-      dropblock_keep_prob=params['dropblock_keep_prob'],
-      dropblock_size=params['dropblock_size'],
-      dtype_policy=dtype_policy(params['precision']),
-      se_ratio=params['se_ratio'],
-      resnetd_shortcut=params['resnetd_shortcut'],
-      use_resnetd_stem=params['use_resnetd_stem'],
-      replace_stem_max_pool=params['replace_stem_max_pool'],
-      drop_connect_rate=params['drop_connect_rate'],
-      norm_act_layer=params['norm_act_layer'],
-      stride_in_1x1=params['stride_in_1x1'],
-      stem_pool_padding=params['stem_pool_padding'],
-      input_normalization=params['input_normalization'],
-      projection_shortcut=params['projection_shortcut'],
-      matmul_filter_grad=cpu_kernel_choice(params, 'conv1x1_filter_grad', 'matmul'),
-      xla_add_relu=cpu_kernel_choice(params, 'residual_add_relu', 'xla'))
-
-
-def cpu_kernel_choice(params: Mapping[str, Any], name: str, faster: str) -> bool:
-  """Whether the param ``name`` picks its ``faster`` form (conv1x1_filter_grad's matmul, residual_add_relu's xla).
-  'auto' picks it where it was measured faster: bfloat16 on CPUs with AMX (docs/performance.md). GPUs and TPUs keep
-  the kernels they have, float32 too (there the matmul gradient was slower), and so do CPUs without AMX, where
-  neither was measured (set the params explicitly to try them there)."""
-  choice = params[name]
-  if choice != 'auto':
-    return choice == faster
-  accelerators = tf.config.list_logical_devices('GPU') + tf.config.list_logical_devices('TPU')
-  return params['precision'] == 'bfloat16' and not accelerators and cpu_has_amx()
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_has_amx() -> bool:
-  """Whether this CPU has AMX bfloat16 tiles (Linux /proc/cpuinfo's amx_bf16 flag; False where unreadable)."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      return 'amx_bf16' in f.read().split()
-  except OSError:
-    return False
 
 
 def build_optimizer(params: Mapping[str, Any], model: keras.Model) -> keras.optimizers.Optimizer:
@@ -150,15 +104,10 @@ def _targets(labels: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
 
 
 def class_weight_vector(params: Mapping[str, Any]) -> Optional[tf.Tensor]:
-  """class_weights as a [num_label_classes] float32 constant, or None when unset."""
+  """class_weights as a [num_label_classes] float32 constant, or None when unset (params validation checked one
+  per class; run_params resolved 'balanced')."""
   weights = params['class_weights']
-  if weights is None:
-    return None
-  if isinstance(weights, str) or len(weights) != params['num_label_classes']:
-    raise ValueError(f'class_weights must be resolved to {params["num_label_classes"]} numbers (one per model '
-                     f'class) before the model is built; got {weights!r}. run_params.make_params resolves '
-                     f"'balanced' from data_dir/summary.json.")
-  return tf.constant(weights, tf.float32)
+  return None if weights is None else tf.constant(weights, tf.float32)
 
 
 def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
@@ -261,8 +210,8 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   forward = fine_tuning.training_forward(model, step, params)
   accumulate = params['gradient_accumulation_steps']
   if accumulate > 1:
-    loss, cross_entropy, gradients = _accumulated_gradients(forward, variables, images, targets, accumulate,
-                                                            scaled_loss)
+    loss, cross_entropy, spread, gradients = _accumulated_gradients(forward, variables, images, targets, accumulate,
+                                                                    scaled_loss)
   else:
     with tf.GradientTape() as tape:
       logits = forward(images)
@@ -270,6 +219,7 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
       loss, scaled = scaled_loss(ce_sum, with_decay=True)
     gradients = tape.gradient(scaled, variables)
     cross_entropy = ce_sum / denominator
+    spread = _output_spread(logits)
   # Summed here, before a loss-scale optimizer looks at them: every replica then judges the same gradients
   # finite or not, and applies or skips the step together.
   gradients = optimizers.sum_over_replicas(gradients)
@@ -282,8 +232,19 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   epoch = tf.cast(step, tf.float32) / lr_schedules.params_steps_per_epoch(params)
   # Scalars are averaged over replicas: each reports its share of the cross-entropy times the replica count. The
   # cross-entropy is averaged over the loop's steps too, as the loss is (the divergence check reads it).
+  means = {CROSS_ENTROPY: cross_entropy * replicas}
+  if spread is not None:
+    means[OUTPUT_SPREAD] = spread
   return EstimatorSpec(ModeKeys.TRAIN, loss=loss, scalars={'learning_rate': lr, 'current_epoch': epoch},
-                       mean_scalars={CROSS_ENTROPY: cross_entropy * replicas})
+                       mean_scalars=means)
+
+
+def _output_spread(logits: tf.Tensor) -> Optional[tf.Tensor]:
+  """OUTPUT_SPREAD of one batch; None for a batch of one (nothing to vary across). Two-pass (mean first), so equal
+  rows give 0 up to the mean's rounding, whatever the logits' size."""
+  if logits.shape[0] is not None and logits.shape[0] < 2:
+    return None
+  return tf.reduce_mean(tf.math.reduce_std(tf.cast(logits, tf.float32), axis=0))
 
 
 def _loss_denominator(targets: tf.Tensor, params: Mapping[str, Any], replicas: int) -> tf.Tensor:
@@ -301,31 +262,36 @@ def _loss_denominator(targets: tf.Tensor, params: Mapping[str, Any], replicas: i
 def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables: List[tf.Variable],
                            images: tf.Tensor, targets: tf.Tensor,
                            steps: int, scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
-                           ) -> Tuple[tf.Tensor, tf.Tensor, List[tf.Tensor]]:
-  """(loss, its cross-entropy term, gradients) of the replica's batch in ``steps`` micro-batches, one after another
-  (a while loop: one micro-batch's activations in memory at a time), their gradients summed, and the weight
-  decay's added once: the same gradients as one batch wherever batch norm cannot tell (it normalises each
-  micro-batch)."""
+                           ) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor], List[tf.Tensor]]:
+  """(loss, its cross-entropy term, the output spread, gradients) of the replica's batch in ``steps`` micro-batches,
+  one after another (a while loop: one micro-batch's activations in memory at a time), their gradients summed, and
+  the weight decay's added once: the same gradients as one batch wherever batch norm cannot tell (it normalises each
+  micro-batch). The spread is the micro-batches' mean (None for micro-batches of one)."""
   batch = images.shape[0]
   if batch is None or batch % steps:
     raise ValueError(f'gradient_accumulation_steps={steps} must divide the per-replica batch ({batch}): '
                      'train_batch_size must be a multiple of replicas x gradient_accumulation_steps.')
   micro = batch // steps
 
-  def body(i, loss_sum, gradient_sums):
+  def body(i, loss_sum, spread_sum, gradient_sums):
     start = i * micro
     x = tf.slice(images, [start, 0, 0, 0], [micro, -1, -1, -1])
     y = tf.slice(targets, [start, 0], [micro, -1])
     with tf.GradientTape() as tape:
-      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(forward(x), y)), with_decay=False)
+      logits = forward(x)
+      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(logits, y)), with_decay=False)
     gradients = tape.gradient(scaled, variables)
-    return i + 1, loss_sum + loss, [_plus(s, g) for s, g in zip(gradient_sums, gradients)]
+    spread = _output_spread(logits)
+    spread_sum += tf.stop_gradient(spread) if spread is not None else 0.0
+    return i + 1, loss_sum + loss, spread_sum, [_plus(s, g) for s, g in zip(gradient_sums, gradients)]
 
   zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
-  _, loss, gradients = tf.while_loop(lambda i, *_: i < steps, body, (tf.constant(0), tf.constant(0.0), zeros))
+  _, loss, spread_sum, gradients = tf.while_loop(
+      lambda i, *_: i < steps, body, (tf.constant(0), tf.constant(0.0), tf.constant(0.0), zeros))
   with tf.GradientTape() as tape:
     decay, scaled = scaled_loss(tf.constant(0.0), with_decay=True)
-  return loss + decay, loss, [_plus(g, d) for g, d in zip(gradients, tape.gradient(scaled, variables))]
+  spread = spread_sum / steps if micro >= 2 else None
+  return loss + decay, loss, spread, [_plus(g, d) for g, d in zip(gradients, tape.gradient(scaled, variables))]
 
 
 def _plus(total: tf.Tensor, gradient: Optional[tf.Tensor]) -> tf.Tensor:

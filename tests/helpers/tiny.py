@@ -31,3 +31,16 @@ def two_replicas() -> tf.distribute.MirroredStrategy:
   if len(devices) < 2:
     pytest.skip('needs 2 logical CPU devices (set up in conftest before TensorFlow initialises)')
   return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def config(depth: int = 18, classes: int = 10, **options: Any):
+  """A ModelConfig: ResNet-``depth`` with ``classes`` classes and any other model options."""
+  from params.model_config import ModelConfig  # pylint: disable=import-outside-toplevel
+  return ModelConfig(resnet_depth=depth, num_label_classes=classes, **options)
+
+
+def model(depth: int = 18, classes: int = 10, dtype_policy: Any = None, image_size: Optional[int] = None,
+          **options: Any):
+  """The one tiny-model helper: ``resnet_model.resnet`` of ``config(depth, classes, **options)``."""
+  from resnet.model import resnet_model  # pylint: disable=import-outside-toplevel
+  return resnet_model.resnet(config(depth, classes, **options), dtype_policy, image_size)

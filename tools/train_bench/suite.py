@@ -35,6 +35,7 @@ def run_benchmark(cfg: BenchConfig) -> Results:
   time. The determinism rows come last. The ceilings are measured first and last, and the higher figure is kept.
   """
   from resnet import determinism  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from params.model_config import ModelConfig
   from resnet.model import plan
   validate(cfg)
   if determinism.op_determinism_enabled():
@@ -44,8 +45,8 @@ def run_benchmark(cfg: BenchConfig) -> Results:
   torch_python, why_not = child.find_torch_python(cfg)
   load_start = os.getloadavg()[0]
   results = Results(cfg=cfg, peak=peak, rows=[], ceilings={}, load=(load_start, float('nan')), versions=versions(),
-                    train_gflop_per_image=TRAIN_FLOPS_MULTIPLIER * plan.count_flops(
-                        cfg.resnet_depth, cfg.image_size, cfg.num_classes) / 1e9)
+                    train_gflop_per_image=TRAIN_FLOPS_MULTIPLIER * plan.count_flops(ModelConfig(
+                        resnet_depth=cfg.resnet_depth, num_label_classes=cfg.num_classes), cfg.image_size) / 1e9)
   if why_not:
     results.notes.append(why_not)
   if cfg.ceilings:
