@@ -96,11 +96,31 @@ def _split_count(summary: Dict[str, Any], split: str, path: str) -> Optional[int
   return _optional_int(entry.get('images'), f'splits[{split!r}].images', path)
 
 
-def _read_class_names(labels_path: str) -> Optional[List[str]]:
-  if not tf.io.gfile.exists(labels_path):
+_REWRITE = ('It is written by `python -m tools.imagenet_to_gcs`; re-run the conversion, or delete the file to use the '
+            'data without it.')
+
+
+def _read_text(path: str, what: str) -> Optional[str]:
+  """A text file of the dataset, or None when it is not there; a directory in its place, or bytes that are not
+  UTF-8 text (a damaged copy), are a ValueError naming the file and the fix."""
+  if not tf.io.gfile.exists(path):
     return None
-  with tf.io.gfile.GFile(labels_path, 'r') as f:
-    return [line.strip() for line in f.read().splitlines() if line.strip()]
+  if tf.io.gfile.isdir(path):
+    raise ValueError(f'{path} is a directory, not the dataset\'s {what}. {_REWRITE}')
+  with tf.io.gfile.GFile(path, 'rb') as f:
+    data = f.read()
+  try:
+    return data.decode('utf-8')
+  except UnicodeDecodeError:
+    raise ValueError(f'{path} is not text ({len(data)} bytes of binary data: a damaged copy?), not the dataset\'s '
+                     f'{what}. {_REWRITE}') from None
+
+
+def _read_class_names(labels_path: str) -> Optional[List[str]]:
+  text = _read_text(labels_path, 'class names')
+  if text is None:
+    return None
+  return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def read_dataset_info(data_dir: Optional[str], labels_file: Optional[str] = None) -> Optional['DatasetInfo']:
@@ -113,15 +133,13 @@ def read_dataset_info(data_dir: Optional[str], labels_file: Optional[str] = None
   if is_synthetic(data_dir):
     return None
   path = os.path.join(data_dir, SUMMARY_FILE)
-  if not tf.io.gfile.exists(path):
+  text = _read_text(path, 'summary')
+  if text is None:
     return None
-  with tf.io.gfile.GFile(path, 'r') as f:
-    text = f.read()
   try:
     summary = json.loads(text)
   except json.JSONDecodeError as e:
-    raise ValueError(f'{path} is not valid JSON ({e}). It is written by `python -m tools.imagenet_to_gcs`; re-run '
-                     'the conversion, or delete the file to use the data without it.') from e
+    raise ValueError(f'{path} is not valid JSON ({e}: truncated or damaged?). {_REWRITE}') from e
   if not isinstance(summary, dict):
     raise ValueError(f'{path} must hold a JSON object, got {type(summary).__name__}.')
 
@@ -136,6 +154,10 @@ def read_dataset_info(data_dir: Optional[str], labels_file: Optional[str] = None
       raise ValueError(f'Neither {labels_path} nor {path} says how many classes the data has: re-run '
                        '`python -m tools.imagenet_to_gcs`, or set labels_file.')
   if names is not None and recorded is not None and len(names) != recorded:
+    if labels_file:
+      raise ValueError(f'labels_file={labels_path} lists {len(names)} classes but the data in {data_dir} has '
+                       f'{recorded} ({path}): give the labels file of this data ({os.path.join(data_dir, LABELS_FILE)}'
+                       ', or leave labels_file unset), or point data_dir at the data it lists.')
     raise ValueError(f'{labels_path} lists {len(names)} classes but {path} says num_classes={recorded}: they '
                      'come from different conversions. Re-copy both from the same converter run.')
   return DatasetInfo(
@@ -173,9 +195,6 @@ def balanced_class_weights(info: DatasetInfo, num_label_classes: int) -> List[fl
                      'or give class_weights as a list, one weight per class.')
   if has_background_class(num_label_classes, len(counts)):
     counts = [0] + counts
-  if len(counts) != num_label_classes:
-    raise ValueError(f'class_weights=balanced: {info.summary_path} counts {len(counts)} classes but '
-                     f'num_label_classes={num_label_classes}.')
   present = [c for c in counts if c > 0]
   total = sum(present)
   return [round(total / (len(present) * c), 6) if c > 0 else 1.0 for c in counts]
@@ -254,16 +273,19 @@ def check_params_against(info: DatasetInfo, params_values: Mapping[str, Any],
   return filled, warnings, errors
 
 
+def labels_file_exists(path: str) -> bool:
+  return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+
+
 def model_class_names(labels_path: Optional[str], num_label_classes: int) -> List[str]:
   """Class names indexed by model class id, from labels.txt (line i = stored 1-based label i+1); [] without it.
 
   The pipeline's background-class rule with the data's own class count: a model with one class more than
   labels.txt lists keeps class 0 for background (so on your own data too, not only for ImageNet's 1001).
   """
-  if not labels_path or not tf.io.gfile.exists(labels_path):
+  if not labels_path or not labels_file_exists(labels_path):
     return []
-  with tf.io.gfile.GFile(labels_path) as f:
-    names = [line.strip() for line in f if line.strip()]
+  names = _read_class_names(labels_path) or []
   return (['background'] if has_background_class(num_label_classes, len(names)) else []) + names
 
 

@@ -70,7 +70,8 @@ class ImageNetInput(accounting.ReportsSkips):
   ``num_parallel_calls`` -1 = AUTOTUNE; ``synthetic_data`` 'random' | 'constant' applies when data_dir is None, '',
   'null' or 'None'; ``augment`` the training augmentation; ``include_filename`` makes the features
   ``{'image', 'filename'}`` (predict); ``seed`` makes the input deterministic (``ordering``); ``num_images`` reads
-  the first N records in eval/predict and sizes a synthetic eval; ``fail_on_data_loss``
+  the first N records in eval/predict and sizes a synthetic eval; ``every_nth`` keeps every n-th of the records an
+  eval/predict pass reads, before any is decoded (a sample spread over the split); ``fail_on_data_loss``
   makes a damaged shard an error instead of a counted skip. Attributes may be changed after construction;
   ``input_fn`` reads them when called.
   """
@@ -81,7 +82,7 @@ class ImageNetInput(accounting.ReportsSkips):
                shuffle_buffer_size: int = 1024, num_parallel_calls: int = -1, synthetic_data: str = 'random',
                augment: Optional[resnet_preprocessing.AugmentConfig] = None,
                include_filename: bool = False, seed: Optional[int] = None, num_images: Optional[int] = None,
-               fail_on_data_loss: bool = False, fast_decode: bool = False):
+               fail_on_data_loss: bool = False, fast_decode: bool = False, every_nth: int = 1):
     split = split or default_split(is_training)
     if split not in SPLITS:
       raise ValueError('split must be one of %s, got %r' % (SPLITS, split))
@@ -110,6 +111,9 @@ class ImageNetInput(accounting.ReportsSkips):
     self.seed = seed
     self.num_images = num_images
     self.fast_decode = fast_decode
+    if every_nth < 1 or (every_nth > 1 and is_training):
+      raise ValueError(f'every_nth={every_nth}: a positive sampling stride, for eval and predict inputs only')
+    self.every_nth = int(every_nth)
     # Training repeats forever: all-bad data would spin silently, so fail after a long run of bad records.
     self._stats = InputAccounting('%s input' % split, MAX_CONSECUTIVE_BAD if is_training else None,
                                   fail_on_data_loss=fail_on_data_loss)
@@ -253,6 +257,8 @@ class ImageNetInput(accounting.ReportsSkips):
       records = records.take(first_n)
     if shard_records:
       records = records.shard(count, index)
+    if self.every_nth > 1:  # a sample: the other records are never decoded
+      records = records.shard(self.every_nth, 0)
     return records
 
   def _pipeline_files(self, files: Sequence[str], index: int, count: int) -> Tuple[List[str], bool]:

@@ -4,7 +4,12 @@ Before anything is written, a run in an existing model_dir compares the params t
 (``resnet_config.MODEL_PARAMS``: depth, classes, v2, layout, ...) with the saved ``params.yaml``. A mismatch with
 checkpoints present is one error naming each param, both values and the fix. Other changes (train_steps,
 batch size, ...) are fine on resume: the new params.yaml is written, and the earlier one is kept under
-``params_history/`` with a log line naming what changed.
+``params_history/`` with a log line naming what changed. Training also records the class names it trains with
+(``model_dir/labels.txt``), so that predict names the classes after the data has moved.
+
+A damaged params.yaml (not text, not YAML, a directory) is a warning, never a crash: eval, predict and export then
+take nothing from it, and the checkpoint's own shapes are checked before any restore (``checkpoint_fit``); training
+keeps the damaged file in ``params_history/`` and writes a new one.
 """
 import datetime
 import os
@@ -17,10 +22,13 @@ from params import params_yaml
 from resnet import params_files
 from params import resnet_config
 from params import architectures
+from resnet.estimator import checkpoints
 from resnet.estimator import files
 
 PARAMS_FILE = 'params.yaml'
 HISTORY_DIR = 'params_history'
+CLASS_NAMES_FILE = 'labels.txt'  # the class names the run trained with, as the data's labels.txt lists them
+_warned_damaged = set()
 
 
 class ModelDirMismatch(ValueError):
@@ -28,16 +36,47 @@ class ModelDirMismatch(ValueError):
 
 
 def recorded_params(model_dir: str) -> Optional[Dict[str, Any]]:
-  """The params the training run of ``model_dir`` recorded (params.yaml), or None."""
+  """The params the training run of ``model_dir`` recorded (params.yaml), or None (none, or damaged: a warning)."""
   return _read_saved(os.path.join(model_dir, PARAMS_FILE))
 
 
+def _read_record(path: str) -> files.Record:
+  return files.read_record(path, lambda text: params_yaml.yaml_mapping(text, f'file {path!r}'), 'params file')
+
+
 def _read_saved(path: str) -> Optional[Dict[str, Any]]:
-  if not tf.io.gfile.exists(path):
+  record = _read_record(path)
+  if record.damaged:
+    if path not in _warned_damaged:
+      _warned_damaged.add(path)
+      logging.warning('%s: nothing is taken from it (the run\'s model is checked against its checkpoint instead). '
+                      'Training in this model_dir keeps it in %s/ and writes a new one.', record.problem, HISTORY_DIR)
     return None
-  saved = params_files.read_params(path).as_dict()
+  if record.value is None:
+    return None
   # A run recorded before a rename holds the reference's name (skip_host_call): compare it under ours.
-  return {resnet_config.ALIASES.get(key, key): value for key, value in saved.items()}
+  return {resnet_config.ALIASES.get(key, key): value for key, value in record.value.items()}
+
+
+def recorded_class_names_path(model_dir: Optional[str]) -> Optional[str]:
+  """model_dir/labels.txt, the class names its training recorded, if it is there."""
+  if not model_dir:
+    return None
+  path = os.path.join(model_dir, CLASS_NAMES_FILE)
+  return path if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path) else None
+
+
+def record_class_names(model_dir: str, labels_path: Optional[str]) -> None:
+  """Keeps the class names the run trains with (the data's labels file, as it is) in model_dir/labels.txt."""
+  if not labels_path or os.path.abspath(labels_path) == os.path.abspath(os.path.join(model_dir, CLASS_NAMES_FILE)):
+    return
+  record = files.read_record(labels_path, lambda text: text, 'labels file')
+  if record.value is None:
+    return
+  target = os.path.join(model_dir, CLASS_NAMES_FILE)
+  if files.read_record(target, lambda text: text).value != record.value:
+    files.atomic_write(target, record.value)
+    logging.info('Class names of this run (from %s) kept in %s.', labels_path, target)
 
 
 def _saved_value(saved: Mapping[str, Any], key: str) -> Any:
@@ -61,8 +100,13 @@ def check_and_record(params: Any, record: bool) -> None:
   path = os.path.join(model_dir, PARAMS_FILE)
   current = params.as_dict() if hasattr(params, 'as_dict') else dict(params)
   saved = _read_saved(path)
+  if record and _read_record(path).damaged:  # kept, never deleted: the new params.yaml replaces it
+    kept = os.path.join(model_dir, HISTORY_DIR, f'params-{_stamp()}.damaged')
+    tf.io.gfile.makedirs(os.path.dirname(kept))
+    tf.io.gfile.rename(path, kept, overwrite=True)
+    logging.warning('The damaged %s is kept as %s.', path, kept)
   changed = _differences(saved, current) if saved is not None else []
-  if saved is not None and tf.train.latest_checkpoint(model_dir):
+  if saved is not None and checkpoints.has_checkpoint(model_dir):
     model_changes = [(k, old, new) for k, old, new in changed if k in resnet_config.MODEL_PARAMS]
     if model_changes:
       listed = '; '.join(f'{k}: {old!r} in {path}, {new!r} now' for k, old, new in model_changes)
@@ -72,9 +116,12 @@ def check_and_record(params: Any, record: bool) -> None:
   if not record or (saved is not None and not changed):
     return
   if saved is not None:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')
-    kept = os.path.join(model_dir, HISTORY_DIR, f'params-{stamp}.yaml')
+    kept = os.path.join(model_dir, HISTORY_DIR, f'params-{_stamp()}.yaml')
     files.atomic_write(kept, params_yaml.params_to_yaml_string(saved))
     logging.info('params changed since the last run (%s); previous params kept as %s.',
                  ', '.join(f'{k}: {old!r} -> {new!r}' for k, old, new in changed), kept)
   params_files.save_params(current, path)
+
+
+def _stamp() -> str:
+  return datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')

@@ -26,8 +26,13 @@ def read_text(path: str) -> Optional[str]:
       return f.read()
   if not os.path.isfile(path):
     return None
-  with open(path, encoding='utf-8') as f:
-    return f.read()
+  with open(path, 'rb') as f:
+    data = f.read()
+  try:
+    return data.decode('utf-8')
+  except UnicodeDecodeError:
+    raise ValueError(f'{path} is not a text file ({len(data)} bytes of binary data): a params file is YAML '
+                     'text.') from None
 
 
 def read_params(path: str) -> params_dict.ParamsDict:

@@ -11,20 +11,23 @@ import tensorflow as tf
 from resnet.estimator.profiler_hook import ProfilerHook, parse_profile_steps
 
 
-def make_profiler_hook(params: Mapping[str, Any], logdir: Optional[str] = None) -> Optional[ProfilerHook]:
+def make_profiler_hook(params: Mapping[str, Any], logdir: Optional[str] = None,
+                       records: bool = True) -> Optional[ProfilerHook]:
   """The hook for params (profile_every_n_steps, profile_duration_ms, profile_steps), or None when both are off.
 
-  None means zero cost: the estimator then has no profiling hook and no step markers.
+  None means zero cost: the estimator then has no profiling hook and no step markers. ``records``: False on the
+  workers other than the chief, which keep the same loops without capturing.
   """
   every_n = int(params.get('profile_every_n_steps') or 0)
   profile_steps = params.get('profile_steps') or None
   if every_n <= 0 and parse_profile_steps(profile_steps) is None:
     return None
   where = logdir or params.get('model_dir')
-  logging.info('Profiles go to %s/plugins/profile: view them in TensorBoard\'s Profile tab, or as text with '
-               'python -m tools.profile_report --logdir %s', where, where)
+  if records:
+    logging.info('Profiles go to %s/plugins/profile: view them in TensorBoard\'s Profile tab, or as text with '
+                 'python -m tools.profile_report --logdir %s', where, where)
   return ProfilerHook(profile_every_n_steps=every_n, duration_ms=int(params.get('profile_duration_ms') or 1000),
-                      profile_steps=profile_steps, logdir=logdir)
+                      profile_steps=profile_steps, logdir=logdir, records=records)
 
 
 def start_profiler_server(port: int) -> bool:

@@ -17,32 +17,38 @@ from official_input import dataset_info
 from official_input import resnet_preprocessing
 from params import architectures
 from params import params_dict
+from params import merging
+from params import model_config
 from params import resnet_config
+from resnet import finished_run
 from resnet import model_dir as model_dir_lib
 from resnet import params_files
+from resnet.estimator import checkpoints
 from resnet.estimator import files
 from resnet.training import mixing
 from resnet.weights import foreign_weights
 
 
-def make_params(overrides: Union[None, resnet_config.Source, Sequence[resnet_config.Labelled]] = None, *,
+def make_params(overrides: Union[None, merging.Source, Sequence[merging.Labelled]] = None, *,
                 config_files: Sequence[Union[str, Tuple[str, str]]] = (),
                 fill_from_data: bool = True, from_run: Optional[Sequence[str]] = None) -> params_dict.ParamsDict:
-  """``resnet_config.make_params`` with what needs files: ``config_files`` (paths, or names in ``params/configs/``
+  """``merging.make_params`` with what needs files: ``config_files`` (paths, or names in ``params/configs/``
   such as ``'demo'``; any may be a ``(label, name)`` pair), override strings that name a YAML file, and the unset
   values filled from files: with ``fill_from_data`` the counts from data_dir's summary.json (else ImageNet's) and
   balanced class weights; always the Variant params. ``from_run`` (the keys the user gave; eval, predict and
-  export): what describes the model and its data comes from model_dir's params.yaml unless given (``run_values``)."""
+  export): what a finished run supplies comes from model_dir's params.yaml unless given (``finished_run``)."""
   configs = []
   for item in config_files:
     label, name = item if isinstance(item, tuple) else (f'config file {item}', item)
-    with resnet_config.labelled_errors(label):
+    with merging.labelled_errors(label):
       path = params_files.resolve_config_file(name)
       configs.append((f'{label} from {path}', params_files.read_params(path).as_dict()))
-  fills = [data_defaults, _balanced] if fill_from_data else []
-  if from_run is not None:  # what a config file says is given too
-    fills.insert(0, run_values(set(from_run).union(*(values for _, values in configs))))
-  return resnet_config.make_params(overrides, configs=configs, fills=fills + [variant_defaults],
+  run_values, run_fallbacks = [], []
+  if from_run is not None:
+    supplied, fallback = finished_run.fills(finished_run.given_keys(from_run, [values for _, values in configs]))
+    run_values, run_fallbacks = [supplied], [fallback]
+  data = [data_counts] + run_fallbacks + [imagenet_counts, _balanced] if fill_from_data else []
+  return merging.make_params(overrides, configs=configs, fills=run_values + data + [variant_defaults],
                                    read_file=params_files.read_text, validators=VALIDATORS)
 
 
@@ -54,33 +60,9 @@ def quantized_exports_have_data(values: Mapping[str, Any]) -> None:
                      'to the converted records, or export without tflite_quantizations')
 
 
-# The components that take a group of params check their own ranges (one place for each range).
-VALIDATORS = (resnet_preprocessing.AugmentConfig.from_params, mixing.MixConfig.from_params,
+# The components that take a group of params check their own rules (one place for each rule).
+VALIDATORS = (model_config.validate, resnet_preprocessing.AugmentConfig.from_params, mixing.MixConfig.from_params,
               quantized_exports_have_data)
-
-
-# What a run's params.yaml supplies to eval, predict and export when the user does not restate it: the model
-# (every MODEL_PARAMS key) and the data it was trained on; not where or how that run ran (its cluster, strategy,
-# precision, batch sizes, export and predict paths).
-DATA_KEYS = {'data_dir', 'labels_file'}
-RUN_KEYS = resnet_config.MODEL_PARAMS + ('data_dir', 'labels_file', 'image_size', 'eval_image_size',
-                                         'moving_average_decay', 'class_weights', 'label_smoothing')
-
-
-def run_values(given: Set[str]) -> resnet_config.Fill:
-  """A fill: RUN_KEYS the user did not give, from model_dir's params.yaml (written when its training started, so an
-  eval job beside the training has it before the first checkpoint), so that ``--mode=export --model_dir=RUN``
-  needs nothing repeated. A given value that contradicts the model stays an error (model_dir's check)."""
-  def fill(values: Mapping[str, Any]) -> Dict[str, Any]:
-    model_dir = values['model_dir']
-    recorded = (model_dir_lib.recorded_params(model_dir) if model_dir else None) or {}
-    skip = set(given) | (DATA_KEYS if given & DATA_KEYS else set())  # your data_dir or labels: the pair is yours
-    taken = {k: recorded[k] for k in RUN_KEYS if k in recorded and k not in skip and recorded[k] != values[k]}
-    if taken:
-      logging.info('From the run in %s (params.yaml): %s', model_dir,
-                   ', '.join(f'{k}={v!r}' for k, v in sorted(taken.items())))
-    return taken
-  return fill
 
 
 def _balanced(values: Mapping[str, Any]) -> Dict[str, Any]:
@@ -108,8 +90,8 @@ def balanced_class_weights(values: Mapping[str, Any]) -> list:
   return weights
 
 
-def data_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
-  """Values for the unset class and image counts: from data_dir/summary.json, else ImageNet's.
+def data_counts(values: Mapping[str, Any]) -> Dict[str, Any]:
+  """Values for the unset class and image counts from data_dir/summary.json.
 
   A set value that contradicts the data is an error naming both values and the fix (a background class or an
   eval subset are warnings: they may be meant).
@@ -131,8 +113,14 @@ def data_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
     if filled:
       logging.info('From %s: %s', info.summary_path, ', '.join(f'{k}={v}' for k, v in sorted(filled.items())))
     fills.update(filled)
+  return fills
+
+
+def imagenet_counts(values: Mapping[str, Any]) -> Dict[str, Any]:
+  """ImageNet's class and image counts for those still unset (no summary.json said)."""
+  fills = {}
   for key, value in resnet_config.IMAGENET_COUNTS.items():
-    if values[key] is None and key not in fills:
+    if values[key] is None:
       fills[key] = value
       if not dataset_info.is_synthetic(values['data_dir']):
         logging.warning('%s is unset and %s has no summary.json: using ImageNet\'s %d.', key, values['data_dir'],
@@ -186,7 +174,7 @@ def _resumed_variant(model_dir: Optional[str]) -> Tuple[str, Dict[str, Any]]:
   recorded = _run_variant(model_dir)
   if not recorded:
     return '', {}
-  if not tf.train.latest_checkpoint(model_dir):
+  if not checkpoints.has_checkpoint(model_dir):
     return '', {}
   return f'the run in {model_dir} (params.yaml)', recorded
 

@@ -241,7 +241,7 @@ def test_a_stop_between_the_commit_and_progress_json_neither_reevaluates_nor_sto
   assert resumed.value == 0.7 and not resumed.needs_evaluation(6) and resumed.evals_without_improvement == 0
 
 
-@pytest.mark.parametrize('damage', ['not json', 'files gone', 'a list'])
+@pytest.mark.parametrize('damage', ['not json', 'files gone', 'a list', 'binary', 'empty', 'a directory'])
 def test_a_damaged_best_record_warns_keeps_every_file_and_is_rebuilt(tmp_path, caplog, damage):
   best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
   best.update(_results(tmp_path, 2, 0.5))
@@ -250,6 +250,14 @@ def test_a_damaged_best_record_warns_keeps_every_file_and_is_rebuilt(tmp_path, c
     (best_dir / 'eval_results.json').write_text('{"top_1_accuracy": 0.5, "glo')
   elif damage == 'a list':
     (best_dir / 'eval_results.json').write_text('[1, 2]')
+  elif damage == 'binary':
+    (best_dir / 'eval_results.json').write_bytes(bytes(range(256)) * 4)
+  elif damage == 'empty':
+    (best_dir / 'eval_results.json').write_bytes(b'')
+  elif damage == 'a directory':
+    (best_dir / 'eval_results.json').unlink()
+    (best_dir / 'eval_results.json').mkdir()
+    (best_dir / 'eval_results.json' / 'note.txt').write_text('mine')
   else:
     for path in best_dir.glob('model.ckpt-2.*'):
       path.unlink()
@@ -259,6 +267,26 @@ def test_a_damaged_best_record_warns_keeps_every_file_and_is_rebuilt(tmp_path, c
   assert any('eval_results.json' in r.getMessage() for r in caplog.records if r.levelname == 'WARNING')
   assert resumed.update(_results(tmp_path, 4, 0.3))                          # rebuilt by the next evaluation
   assert json.loads((best_dir / 'eval_results.json').read_text())['global_step'] == 4
+  if damage == 'a directory':  # set aside, never deleted
+    (aside,) = best_dir.glob('eval_results.json.damaged-*')
+    assert (aside / 'note.txt').read_text() == 'mine'
+
+
+@pytest.mark.parametrize('damage', ['binary', 'a directory'])
+def test_a_damaged_progress_record_is_ignored_and_rewritten(tmp_path, caplog, damage):
+  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  best.update(_results(tmp_path, 2, 0.5))
+  progress = tmp_path / 'best' / 'progress.json'
+  progress.unlink()
+  if damage == 'binary':
+    progress.write_bytes(b'\xf7\x00\xff' * 10)
+  else:
+    progress.mkdir()
+  resumed = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  assert resumed.value == 0.5     # the committed best stands; the count starts again
+  assert any('progress.json' in r.getMessage() for r in caplog.records if r.levelname == 'WARNING')
+  resumed.update(_results(tmp_path, 4, 0.4))
+  assert json.loads(progress.read_text())['evals_without_improvement'] == 1
 
 
 def test_a_best_removed_during_the_run_is_noticed(tmp_path, caplog):

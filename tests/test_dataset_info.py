@@ -65,6 +65,27 @@ def test_malformed_json_is_a_value_error_naming_the_file(tmp_path):
   assert os.path.join(data_dir, 'summary.json') in str(error.value)
 
 
+@pytest.mark.parametrize('damage', ['binary', 'a directory', 'binary labels'])
+def test_a_damaged_summary_or_labels_file_is_a_value_error_naming_it_and_the_fix(tmp_path, damage):
+  """Not only bad JSON: whatever the damage, one message naming the file and what to do (no UnicodeDecodeError)."""
+  data_dir = _data_dir(tmp_path, summary='{}')
+  name = 'labels.txt' if damage == 'binary labels' else 'summary.json'
+  path = os.path.join(data_dir, name)
+  os.remove(path) if os.path.exists(path) else None
+  if damage == 'a directory':
+    os.mkdir(path)
+  else:
+    with open(path, 'wb') as f:
+      f.write(b'\xf7\xfe\x00' * 20)
+    if name == 'labels.txt':
+      with open(os.path.join(data_dir, 'summary.json'), 'w') as f:
+        f.write('{"num_classes": 2}')
+  with pytest.raises(ValueError) as error:
+    di.read_dataset_info(data_dir)
+  assert path in str(error.value) and 'imagenet_to_gcs' in str(error.value)
+  assert ('is a directory' if damage == 'a directory' else 'is not text') in str(error.value)
+
+
 def test_a_wrongly_typed_count_is_a_value_error_naming_the_key(tmp_path):
   summary = dict(SUMMARY, splits={'train': {'images': 'forty'}})
   with pytest.raises(ValueError, match=r"summary\.json: splits\['train'\]\.images must be a non-negative integer"):

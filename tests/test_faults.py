@@ -11,11 +11,14 @@ import pytest
 import tensorflow as tf
 
 from resnet import model_dir as model_dir_lib
+from resnet.estimator import best_checkpoint
+from resnet.estimator import checkpoints
 from resnet.estimator import files
+from resnet.estimator.checkpoints import checkpoint_step
 from tests.helpers import cli
 from tests.helpers import procs
 from tests.helpers import tiny
-from tests.test_estimator import eval_input, make_runner, train_input
+from tests.helpers.toy import eval_input, make_runner, train_input
 
 
 # ------------------------------------------------------------------------------------------------ model_dir
@@ -155,3 +158,50 @@ def test_a_failed_export_leaves_no_version_directory(tmp_path, monkeypatch):
   with pytest.raises(files.WriteError, match='No space left'):
     runner.export_saved_model(str(tmp_path / 'export'), serving)
   assert os.listdir(tmp_path / 'export') == []
+
+
+def _train_to(model_dir, steps, **config):
+  runner = make_runner(model_dir, iterations_per_loop=2, save_checkpoints_steps=2, keep_checkpoint_max=5, **config)
+  runner.train(train_input, max_steps=steps)
+  return runner
+
+
+def test_a_deleted_newest_checkpoint_resumes_from_the_newest_complete_one_and_says_so(tmp_path, caplog):
+  """The 'checkpoint' file still names model.ckpt-6, whose files were deleted by hand: TensorFlow's lookup then
+  finds nothing and the run started again from step 0, writing its new checkpoints over the kept ones."""
+  _train_to(tmp_path, 6)
+  kept = {name: (tmp_path / name).read_bytes() for name in ('model.ckpt-2.index', 'model.ckpt-4.index')}
+  for path in tmp_path.glob('model.ckpt-6.*'):
+    path.unlink()
+  resumed = make_runner(tmp_path, iterations_per_loop=2, save_checkpoints_steps=2, keep_checkpoint_max=5)
+  assert resumed.latest_checkpoint() == str(tmp_path / 'model.ckpt-4')
+  resumed.train(train_input, max_steps=8)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert any('model.ckpt-6 (no model.ckpt-6.index) is missing or incomplete' in w and 'using model.ckpt-4' in w
+             for w in warnings), warnings
+  assert {name: (tmp_path / name).read_bytes() for name in kept} == kept   # the earlier training is kept
+  state = tf.train.get_checkpoint_state(str(tmp_path))
+  assert state.model_checkpoint_path.endswith('model.ckpt-8')
+  assert [checkpoint_step(p) for p in state.all_model_checkpoint_paths] == [2, 4, 6, 8]
+
+
+def test_checkpoint_files_without_a_complete_checkpoint_stop_the_run_naming_them(tmp_path):
+  _train_to(tmp_path, 4)
+  for path in tmp_path.glob('model.ckpt-*.index'):
+    path.unlink()
+  before = sorted(p.name for p in tmp_path.iterdir())
+  resumed = make_runner(tmp_path, iterations_per_loop=2, save_checkpoints_steps=2)
+  with pytest.raises(checkpoints.IncompleteCheckpoints) as error:
+    resumed.train(train_input, max_steps=6)
+  assert 'model.ckpt-4 (no model.ckpt-4.index), model.ckpt-2 (no model.ckpt-2.index)' in str(error.value)
+  assert 'Nothing was started over them' in str(error.value)
+  assert sorted(p.name for p in tmp_path.iterdir()) == before   # nothing written over them
+
+
+def test_a_best_checkpoint_from_a_history_that_is_gone_is_named(tmp_path):
+  best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  best.best = {'global_step': 6, 'top_1_accuracy': 0.9, 'best_metric': 'top_1_accuracy', 'best_checkpoint': 'x'}
+  assert best.ahead_of(6) is None
+  message = best.ahead_of(4)
+  assert 'holds the best checkpoint of step 6 (top_1_accuracy=0.9), but training goes on from step 4' in message
+  assert 'move' in message and 'away' in message

@@ -472,3 +472,67 @@ def test_conversion_resizes_in_workers_and_records_max_image_side(tmp_path):
 def test_negative_max_image_side_is_refused(tmp_path):
   with pytest.raises(ValueError, match='max_image_side'):
     conv.convert_dataset(_small_dataset(tmp_path / 'raw'), str(tmp_path / 'out'), num_workers=1, max_image_side=-1)
+
+
+def _scene(seed: int, size: int = 64) -> Image.Image:
+  """A smooth picture (random 8x8 colours, enlarged): re-encoding it moves its difference hash by a few bits only,
+  while two seeds differ in about half of them."""
+  rng = np.random.default_rng(seed)
+  return Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).resize((size, size), Image.BILINEAR)
+
+
+def test_evaluation_images_that_copy_training_images_are_named_and_can_be_dropped(tmp_path):
+  root = tmp_path / 'raw'
+  for c, offset in (('cat', 0), ('dog', 100)):
+    for i in range(4):
+      _save(_scene(offset + i), str(root / 'train' / c / f'{c}_{i}.jpg'), 'JPEG', quality=95)
+  for c, offset in (('cat', 0), ('dog', 100)):
+    for i in range(2):
+      _save(_scene(offset + 50 + i), str(root / 'val' / c / f'new_{c}_{i}.jpg'), 'JPEG', quality=95)
+  copy = root / 'val' / 'cat' / 'copied.jpg'
+  copy.write_bytes((root / 'train' / 'cat' / 'cat_1.jpg').read_bytes())          # byte-identical
+  _save(_scene(102), str(root / 'val' / 'dog' / 'reencoded.png'), 'PNG')         # the same picture, another file
+  summary = conv.convert_dataset(str(root), str(tmp_path / 'out'), num_workers=1)
+  leaked = summary['leaked']
+  assert leaked['count'] == 2 and leaked['dropped'] == 0
+  assert leaked['by_split_and_kind'] == {'validation identical': 1, 'validation near-identical': 1}
+  pairs = {(os.path.basename(e['path']), os.path.basename(e['same_as']), e['kind']) for e in leaked['examples']}
+  assert pairs == {('copied.jpg', 'cat_1.jpg', 'identical'), ('reencoded.png', 'dog_2.jpg', 'near-identical')}
+  assert summary['splits']['validation']['images'] == 6   # reported, still converted
+  assert 'Copies of images of an earlier split: 2' in conv.format_summary(summary)
+  dropped = conv.convert_dataset(str(root), str(tmp_path / 'dropped'), num_workers=1, drop_leaked_images=True)
+  assert dropped['splits']['validation']['images'] == 4 and dropped['leaked']['dropped'] == 2
+  reasons = [e['reason'] for e in dropped['skipped']]
+  assert any(r.startswith('identical to an image of train: ') and r.endswith('cat_1.jpg (--drop_leaked_images)')
+             for r in reasons)
+  assert dropped['skipped_counts'] == {'identical to an image of train': 1, 'near-identical to an image of train': 1}
+
+
+def test_links_are_followed_once_per_real_folder_and_file_and_loops_are_named(tmp_path):
+  root = tmp_path / 'raw'
+  _rgb_jpegs(str(root / 'cat'), 5)
+  _rgb_jpegs(str(root / 'dog'), 5, seed=50)
+  os.symlink('..', root / 'cat' / 'all')                                  # back to the dataset: a loop
+  os.symlink(root / 'dog' / 'dog_00.jpg', root / 'cat' / 'also_dog.jpg')  # one file under two classes
+  summary = conv.convert_dataset(str(root), str(tmp_path / 'out'), num_workers=1)
+  assert summary['num_images'] == 10
+  skipped = {os.path.relpath(e['path'], root): e['reason'] for e in summary['skipped']}
+  assert skipped[os.path.join('cat', 'all')].startswith('a link to a folder read already')
+  assert skipped[os.path.join('cat', 'also_dog.jpg')] == f'a second way to one file (a link): {root}/dog/dog_00.jpg'
+  assert summary['skipped_counts'] == {'a link to a folder read already': 1, 'a second way to one file': 1}
+
+
+def test_images_too_small_to_crop_are_skipped_with_why_and_counted(tmp_path):
+  root = tmp_path / 'raw'
+  _rgb_jpegs(str(root / 'cat'), 5)
+  _rgb_jpegs(str(root / 'dog'), 5, seed=50)
+  for c in ('cat', 'dog'):
+    _save(Image.new('P', (1, 1)), str(root / c / 'spacer.gif'), 'GIF')
+  _save(_noise(1, 30, 3), str(root / 'dog' / 'strip.png'), 'PNG')
+  _save(_noise(2, 2, 4), str(root / 'dog' / 'tiny.png'), 'PNG')   # two pixels a side: the crop has one
+  summary = conv.convert_dataset(str(root), str(tmp_path / 'out'), num_workers=1)
+  assert summary['num_images'] == 11
+  small = [e for e in summary['skipped'] if e['reason'].startswith('too small to crop')]
+  assert sorted(os.path.basename(e['path']) for e in small) == ['spacer.gif', 'spacer.gif', 'strip.png']
+  assert "(1x1 px; the trainer's crop needs at least 2 px a side" in small[0]['reason']
+  assert summary['skipped_counts'] == {'too small to crop': 3}

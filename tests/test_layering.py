@@ -23,8 +23,18 @@ RULES = {  # package (a module path prefix) -> import prefixes it must not use
 ALLOWED = {'resnet.estimator': ('resnet.estimator',)}
 
 
+_TREES = {}
+
+
+def _tree(path: str) -> ast.AST:
+  """Each file parsed once (the cycle check asks for every import of every file)."""
+  if path not in _TREES:
+    _TREES[path] = ast.parse(open(path, encoding='utf-8').read(), path)
+  return _TREES[path]
+
+
 def _imports(path: str):
-  tree = ast.parse(open(path, encoding='utf-8').read(), path)
+  tree = _tree(path)
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       yield from (alias.name for alias in node.names)
@@ -100,7 +110,7 @@ def _import_graph():
 
 
 def _imported_names(path: str, module: str):
-  tree = ast.parse(open(path, encoding='utf-8').read(), path)
+  tree = _tree(path)
   return {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == module
           for alias in node.names}
 

@@ -21,7 +21,9 @@ from tests.helpers import tiny
 
 CLASSES = 3
 BATCH = 8
-LABELS = np.array([0, 1, 2, 0, 1, 2, 0, 0], np.int32)
+# Two replicas hold [0, 1, 2, 0] and [1, 1, 2, 0]: unequal weight sums (5.5 and 7.5), so a denominator summed on one
+# replica and scaled by the replica count (11 or 15) is not the global sum (13).
+LABELS = np.array([0, 1, 2, 0, 1, 1, 2, 0], np.int32)
 IMAGES = np.random.default_rng(9).uniform(0, 255, (BATCH, 32, 32, 3)).astype(np.float32)
 WEIGHTS = [1.0, 3.0, 0.5]
 

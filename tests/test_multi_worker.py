@@ -309,3 +309,93 @@ def test_workers_evaluate_continuously_the_checkpoint_the_chief_sees(tmp_path):
     evaluated = re.findall(r'Eval at step (\d+)', started[name].log())
     assert evaluated == ['4'], (name, evaluated)
   assert _eval_results(model_dir)['num_examples'] == 8
+
+
+def _finish_all(runs, tmp_path, timeout=TIMEOUT):
+  """Starts every (name, args, env) at once and waits until all have exited, whatever their exit codes: a worker
+  left waiting in a collective for one that is gone fails the test at the deadline."""
+  with procs.processes() as started:
+    by_name = {}
+    for name, args, env in runs:
+      by_name[name] = procs.Proc(args, str(tmp_path / f'{name}.log'), env)
+      started.append(by_name[name])
+    deadline = time.time() + timeout
+    while any(p.poll() is None for p in by_name.values()):
+      if time.time() > deadline:
+        logs = ''.join(f'\n--- {n} (exit {p.poll()}) ---\n{p.tail(2500)}' for n, p in by_name.items())
+        raise AssertionError(f'not all workers ended within {timeout} s (one waits for another):{logs}')
+      time.sleep(0.2)
+    return by_name
+
+
+def _error_line(proc) -> str:
+  lines = [line for line in proc.log().splitlines() if line.startswith('error: ')]
+  return lines[-1] if lines else ''
+
+
+@pytest.fixture
+def finished_run_copy(tmp_path):
+  """A copy of the session's tiny finished run (trained to step 5 on 4 classes of records) and its data."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  model_dir, data_dir, _ = cli.shared_trained_run()
+  target = tmp_path / 'model'
+  shutil.copytree(model_dir, target, ignore=shutil.ignore_patterns('export'))
+  return target, data_dir
+
+
+@pytest.mark.parametrize('what', ['eval_results.json', 'best/progress.json'])
+def test_a_write_the_chief_fails_stops_every_worker_with_it(tmp_path, finished_run_copy, what):
+  """A full disk on the chief, for a write it does for all: before, the chief raised alone (the others went on to
+  their next collective, or exited 0)."""
+  model_dir, data_dir = finished_run_copy
+  runs = _worker_runs(tmp_path, 'w', 2, ['--mode=eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}',
+                                         '--eval_timeout=60'], dump=False)
+  runs[0] = (runs[0][0], runs[0][1], {**runs[0][2], 'FAIL_WRITE': os.path.join(str(model_dir), what)})
+  ended = _finish_all(runs, tmp_path)
+  assert [ended[n].poll() for n in ('w0', 'w1')] == [1, 1]
+  chief, other = _error_line(ended['w0']), _error_line(ended['w1'])
+  assert chief.startswith(f'error: Could not write {model_dir / what}: [Errno 28] No space left'), chief
+  assert other.startswith('error: The chief could not') and other.endswith('this worker stops with it.'), other
+  assert (str(model_dir / what) if what == 'eval_results.json' else str(model_dir / 'best')) in other
+
+
+def test_a_failed_export_on_the_chief_stops_every_worker_with_it(tmp_path, finished_run_copy):
+  model_dir, _ = finished_run_copy
+  not_a_folder = tmp_path / 'exports'
+  not_a_folder.write_text('a file where the exports would go')
+  ended = _finish_all(_worker_runs(tmp_path, 'w', 2, ['--mode=export', f'--model_dir={model_dir}',
+                                                      f'--export_dir={not_a_folder}'], dump=False), tmp_path)
+  assert [ended[n].poll() for n in ('w0', 'w1')] == [1, 1]
+  assert _error_line(ended['w1']) == (f'error: The chief could not export to {not_a_folder} (its log says why); '
+                                      'this worker stops with it.')
+  assert not_a_folder.read_text() == 'a file where the exports would go'
+
+
+def test_a_checkpoint_gone_before_one_workers_restore_is_skipped_by_every_worker(tmp_path, finished_run_copy):
+  """keep_checkpoint_max deletes a checkpoint between the workers' agreed existence check and the restore, on one
+  worker only: before, that worker raised alone and the chief waited in the evaluation's collectives."""
+  model_dir, data_dir = finished_run_copy
+  runs = _worker_runs(tmp_path, 'e', 2, ['--mode=eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}',
+                                         '--eval_timeout=8'], dump=False)
+  runs = [(name, args, {**env, 'RESTORE_VANISHES_ON_NON_CHIEF': '1'}) for name, args, env in runs]
+  ended = _finish_all(runs, tmp_path)
+  for name in ('e0', 'e1'):
+    assert 'model.ckpt-5 vanished before it could be evaluated; skipping' in ended[name].log(), name
+    assert 'Eval at step' not in ended[name].log()
+  assert _error_line(ended['e0']) == _error_line(ended['e1']) != ''
+
+
+def test_workers_with_profiling_on_the_chief_stop_a_divergence_together(tmp_path):
+  """A profile of steps 1-3 asks for 1-step loops there. Before, only the chief had the profiler: its compiled loops
+  differed in length from the other worker's and both waited for each other from the first step on (and their
+  divergence guards counted different loops). Now every worker runs the chief's loops, and the guard decides on
+  the chief's verdict."""
+  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=16, num_validation=8, num_shards=2)
+  ended = _finish_all(_worker_runs(tmp_path, 'w', 2, [
+      '--mode=train', f'--data_dir={data_dir}', f'--model_dir={tmp_path / "model"}', '--train_steps=40',
+      '--iterations_per_loop=2', '--lr_warmup_epochs=0', '--base_learning_rate=400', '--profile_steps=1,3',
+      '--param_overrides=class_weights=[50,50,50,50]'], dump=False), tmp_path)
+  lines = [_error_line(ended[n]) for n in ('w0', 'w1')]
+  assert [ended[n].poll() for n in ('w0', 'w1')] == [1, 1], lines
+  steps = [re.search(r'Training diverged at step (\d+)', line) for line in lines]
+  assert all(steps) and steps[0].group(1) == steps[1].group(1), lines

@@ -181,26 +181,6 @@ def test_without_ai_edge_litert_the_check_falls_back_to_tensorflow_and_says_so(m
   np.testing.assert_allclose(fallback.probabilities(images), expected, atol=1e-6)
 
 
-def test_eval_predict_export_take_the_model_and_data_from_the_run_unless_given(tmp_path):
-  from resnet import run_params  # pylint: disable=import-outside-toplevel
-  run = tmp_path / 'run'
-  run.mkdir()
-  (run / 'params.yaml').write_text('resnet_depth: 18\nnum_label_classes: 5\ndata_dir: /data/of/the/run\n'
-                                   'image_size: 96\nprecision: float16\ntrain_batch_size: 4096\n')
-  given = run_params.make_params({'model_dir': str(run), 'image_size': 64}, fill_from_data=False,
-                                 from_run=['model_dir', 'image_size'])
-  assert (given.resnet_depth, given.num_label_classes, given.data_dir) == (18, 5, '/data/of/the/run')
-  assert given.image_size == 64                       # given: the user's value
-  defaults = resnet_config.RESNET_CFG   # how that run ran: not taken
-  assert (given.precision, given.train_batch_size) == (defaults['precision'], defaults['train_batch_size'])
-  from_config = run_params.make_params({'model_dir': str(run)}, config_files=['small_data'], fill_from_data=False,
-                                       from_run=['model_dir'])
-  assert from_config.image_size == run_params.params_files.read_params(
-      run_params.params_files.resolve_config_file('small_data')).image_size   # a config file counts as given
-  training = run_params.make_params({'model_dir': str(run)}, fill_from_data=False)   # train: nothing taken
-  assert training.resnet_depth == 50
-
-
 def test_the_measured_images_are_spread_over_the_split(tmp_path):
   from resnet import run_params  # pylint: disable=import-outside-toplevel
   from resnet.export import host_images  # pylint: disable=import-outside-toplevel

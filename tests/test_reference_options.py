@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from official_input import imagenet_input
-from resnet import resnet_main
+from resnet import wiring
+from resnet.export import exporting
 from resnet.training import resnet_model_fn
 from tests.helpers import cli
 from tests.helpers import tiny
@@ -36,9 +37,9 @@ def test_option_trains_evaluates_and_exports(name, data_dir, tmp_path):
   source = imagenet_input.ImageNetInput.from_params(params, 'train')
   estimator.train(source.input_fn, max_steps=2)
   results = estimator.evaluate(imagenet_input.ImageNetInput.from_params(params, 'validation').input_fn,
-                               weights=resnet_main.eval_weights(estimator))
+                               weights=wiring.eval_weights(estimator))
   assert results['num_examples'] == 16 and results['loss'] == results['loss']  # finite, not NaN
-  path = resnet_main.export(estimator, _Params(params))
+  path = exporting.export(estimator, params)
   assert tf.saved_model.contains_saved_model(path)
   warmup = os.path.join(path, 'assets.extra', 'tf_serving_warmup_requests')
   assert os.path.exists(warmup) == bool(params['add_warmup_requests'])
@@ -46,8 +47,3 @@ def test_option_trains_evaluates_and_exports(name, data_dir, tmp_path):
     assert type(estimator.scope.get(resnet_model_fn.OPTIMIZER)).__name__ == 'LARSMomentum'
   if params['moving_average_decay']:
     assert resnet_model_fn.moving_average(estimator.scope) is not None
-
-
-class _Params(dict):
-  """Attribute access, as resnet_main's functions read params."""
-  __getattr__ = dict.__getitem__

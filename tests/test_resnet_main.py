@@ -163,8 +163,9 @@ def test_predict_with_a_labels_file_one_name_short_is_refused_naming_both(traine
   proc = run_main('--mode=predict', f'--predict_input={image_dir}/*', f'--model_dir={model_dir}', *TINY,
                   f'--labels_file={short}', f'--predict_output={tmp_path / "p.csv"}')
   assert proc.returncode != 0 and not (tmp_path / 'p.csv').exists()
-  assert (f'{short} lists 3 class names, but the model in {model_dir} was trained with {records}/labels.txt, which '
-          'lists 4 (4 model classes and no background class)') in proc.stderr, proc.stderr[-3000:]
+  # The run's data_dir comes with the run (the labels file is given on its own): its summary.json refuses them.
+  assert (f'labels_file={short} lists 3 classes but the data in {records} has 4') in proc.stderr, proc.stderr[-3000:]
+  assert f'give the labels file of this data ({records}/labels.txt' in proc.stderr
 
 
 def test_export_best_with_a_damaged_best_record_exports_the_latest_with_a_warning(trained, records, tmp_path):
@@ -176,7 +177,7 @@ def test_export_best_with_a_damaged_best_record_exports_the_latest_with_a_warnin
   proc = run_main('--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "export"}', *TINY,
                   f'--data_dir={records}', '--export_best=true', '--best_metric=loss')
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert 'best/eval_results.json is not a JSON record (damaged?)' in proc.stderr
+  assert 'best/eval_results.json is not a valid JSON record' in proc.stderr
   assert 'best/ is damaged or its checkpoint  is gone' not in proc.stderr   # no empty name in the message
   assert 'exporting the latest checkpoint of' in proc.stderr and os.listdir(tmp_path / 'export')
   assert 'training goes on' not in proc.stderr                              # an export, not a training run

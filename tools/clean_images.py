@@ -4,6 +4,7 @@ seconds to start), and Pillow itself is imported when the first image is cleaned
 """
 import collections
 import contextlib
+import hashlib
 import io
 import itertools
 import multiprocessing
@@ -29,12 +30,32 @@ RESIZE_REDUCING_GAP = 3.0
 
 
 class CleanedImage(NamedTuple):
-  """What a worker returns for one file: JPEG bytes and size, or why the file was skipped."""
+  """What a worker returns for one file: JPEG bytes and size, or why the file was skipped; and the file's
+  fingerprints (SHA-256 of its bytes, a difference hash of its picture) that find copies across splits."""
   encoded: Optional[bytes]
   height: int = 0
   width: int = 0
   converted: Optional[str] = None  # Why it was re-encoded (e.g. 'PNG/RGBA'); None when the bytes are original.
   error: Optional[str] = None
+  sha256: str = ''
+  dhash: int = -1  # difference_hash, 256 bits
+
+
+HASH_SIDE = 16  # difference hash: HASH_SIDE x HASH_SIDE bits
+
+
+def difference_hash(img: Any) -> int:
+  """A 256-bit difference hash: a 17x16 greyscale thumbnail, one bit per horizontal neighbour pair (is the left one
+  brighter?). Re-encodes, resizes and recompression move a few bits; different pictures differ in about half."""
+  from PIL import Image
+  thumb = img.convert('L').resize((HASH_SIDE + 1, HASH_SIDE), Image.Resampling.BILINEAR, reducing_gap=2.0)
+  pixels = list(thumb.getdata())
+  bits = 0
+  for row in range(HASH_SIDE):
+    for col in range(HASH_SIDE):
+      index = row * (HASH_SIDE + 1) + col
+      bits = (bits << 1) | int(pixels[index] > pixels[index + 1])
+  return bits
 
 
 def _to_rgb(img: Any) -> Any:
@@ -95,9 +116,10 @@ def clean_image_bytes(data: bytes, extension: str = '', apply_exif_orientation: 
   # orientation and the (exact) transpose follows, which gives the same pixels as rotating first, on fewer pixels.
   size = resized_size(width, height, max_image_side)
   if fmt == 'JPEG' and img.mode == 'RGB' and not rotate and size is None:
-    img.draft('RGB', (max(1, width // 8), max(1, height // 8)))  # DCT-scaled decode: still reads every byte.
+    # DCT-scaled decode (still reads every byte), large enough for a difference hash like the full image's.
+    img.draft('RGB', (min(width, max(width // 8, 4 * HASH_SIDE)), min(height, max(height // 8, 4 * HASH_SIDE))))
     img.load()
-    return CleanedImage(data, height, width)
+    return CleanedImage(data, height, width, dhash=difference_hash(img))
   box = None
   if size:  # JPEG only (None elsewhere): decode at the smallest DCT scale still RESIZE_REDUCING_GAP x the target.
     box = img.draft(None, (int(size[0] * RESIZE_REDUCING_GAP), int(size[1] * RESIZE_REDUCING_GAP)))
@@ -116,7 +138,7 @@ def clean_image_bytes(data: bytes, extension: str = '', apply_exif_orientation: 
     reason += f' EXIF orientation {orientation}'
   out = io.BytesIO()
   rgb.save(out, 'JPEG', quality=JPEG_QUALITY)
-  return CleanedImage(out.getvalue(), rgb.height, rgb.width, converted=reason)
+  return CleanedImage(out.getvalue(), rgb.height, rgb.width, converted=reason, dhash=difference_hash(rgb))
 
 
 def clean_image_file(path: str, apply_exif_orientation: bool = True, max_image_side: int = 0) -> CleanedImage:
@@ -126,7 +148,8 @@ def clean_image_file(path: str, apply_exif_orientation: bool = True, max_image_s
       data = f.read()
     if not data:
       return CleanedImage(None, error='empty file')
-    return clean_image_bytes(data, os.path.splitext(path)[1], apply_exif_orientation, max_image_side)
+    cleaned = clean_image_bytes(data, os.path.splitext(path)[1], apply_exif_orientation, max_image_side)
+    return cleaned._replace(sha256=hashlib.sha256(data).hexdigest())
   except Exception as e:  # pylint: disable=broad-except  # One bad file must never stop the run.
     name = type(e).__name__
     if name == 'UnidentifiedImageError':

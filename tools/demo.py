@@ -5,6 +5,10 @@ r"""The end-to-end demo behind README's first command: no download, a few minute
 3. runs ``resnet_main --mode=train_and_eval`` with params/configs/demo.yaml, exporting a SavedModel,
 4. runs ``resnet_main --mode=predict`` on the test split, writing a CSV,
 and prints every command it runs, so each step can be repeated by hand.
+
+It writes only what it owns: ``--output_dir`` must be new, empty, or an earlier demo's (its ``.resnet_demo`` marker
+says so). A rerun (``--fresh``, the default) replaces that demo's run and its drawn classes, and refuses, naming
+them, files it did not draw among them; the converter replaces only its own outputs in records/.
 """
 import json
 import os
@@ -29,6 +33,44 @@ flags.DEFINE_integer('random_seed', None, 'Seed of the training run (default: th
 flags.DEFINE_boolean('fresh', True, 'Start from an empty run directory (False resumes an earlier demo run).')
 
 
+MARKER = '.resnet_demo'
+OWNED = ('images', 'records', 'run', 'export')
+
+
+class NotTheDemosFolder(ValueError):
+  """--output_dir holds files the demo did not write."""
+
+
+def prepare_output_dir(out: str, fresh: bool, class_names) -> None:
+  """Makes ``out`` the demo's: new or empty (then marked), or an earlier demo's; its drawn images (any of
+  ``class_names``) are removed after checking that they hold only what the demo draws, and for a fresh rerun its
+  run too. The converter replaces only its own outputs in records/."""
+  import re  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  entries = sorted(os.listdir(out)) if os.path.isdir(out) else []
+  # An earlier demo that wrote no marker yet left only its own folders (their content is checked below).
+  if entries and MARKER not in entries and not set(entries) <= set(OWNED):
+    raise NotTheDemosFolder(
+        f'--output_dir={out} is not empty and was not made by the demo (it has no {MARKER}): it holds '
+        f'{", ".join(entries[:8])}{", ..." if len(entries) > 8 else ""}. The demo writes images/, records/, run/ and '
+        f'export/ there and replaces them on a rerun: give a new or empty --output_dir.')
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, MARKER), 'w') as f:
+    f.write('This folder was made by `python -m tools.demo`, which replaces its images/, records/ and run/ on a '
+            'rerun.\n')
+  images = os.path.join(out, 'images')
+  if os.path.isdir(images):  # the demo redraws its classes on every run
+    drawn = re.compile(r'^(%s)_\d{4}\.(png|jpg)$' % '|'.join(map(re.escape, class_names)))
+    foreign = sorted(os.path.relpath(os.path.join(d, n), out) for d, _, names in os.walk(images) for n in names
+                     if not (os.path.basename(d) in class_names and os.path.dirname(d) == images and drawn.match(n)))
+    if foreign:
+      raise NotTheDemosFolder(f'{images} holds files the demo did not draw: {", ".join(foreign[:5])}'
+                              f'{", ..." if len(foreign) > 5 else ""}. Move them away, or give another --output_dir.')
+    shutil.rmtree(images)
+  if fresh:
+    shutil.rmtree(os.path.join(out, 'run'), ignore_errors=True)
+
+
 def _run(cmd):
   print('\n$ ' + ' '.join(shlex.quote(c) for c in cmd), flush=True)
   subprocess.run(cmd, check=True)
@@ -49,10 +91,10 @@ def main(argv) -> None:
   out = os.path.abspath(FLAGS.output_dir)
   images, records = os.path.join(out, 'images'), os.path.join(out, 'records')
   model_dir, export_dir = os.path.join(out, 'run'), os.path.join(out, 'export')
-  if FLAGS.fresh:
-    import shutil  # pylint: disable=g-import-not-at-top
-    for path in (images, records, model_dir):
-      shutil.rmtree(path, ignore_errors=True)
+  try:
+    prepare_output_dir(out, FLAGS.fresh, make_demo_dataset.CLASSES)
+  except NotTheDemosFolder as e:
+    sys.exit(f'error: {e}')
 
   print(f'[1/4] Drawing {FLAGS.num_classes} classes x {FLAGS.images_per_class} images into {images}')
   make_demo_dataset.make_demo_dataset(images, num_classes=FLAGS.num_classes,

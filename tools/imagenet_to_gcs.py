@@ -46,7 +46,7 @@ from absl import logging
 if __package__ in (None, ''):  # Run as a script (like the reference): make the repository's packages importable.
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from official_input.dataset_layout import LABELS_FILE, SUMMARY_FILE  # pylint: disable=g-import-not-at-top
+from official_input.dataset_layout import LABELS_FILE, MIN_IMAGE_SIDE, SUMMARY_FILE  # pylint: disable=g-import-not-at-top
 from tools import clean_images  # pylint: disable=g-import-not-at-top
 
 SPLITS = ('train', 'validation', 'test')
@@ -77,6 +77,7 @@ class Plan(NamedTuple):
   splits: Dict[str, List[Item]]
   class_names: List[str]
   loose_files: List[str]  # Files outside any class folder (skipped and reported).
+  link_skips: Sequence[Tuple[str, str]] = ()  # (path, why): links to folders or files already read
 
 
 def _visible(name: str) -> bool:
@@ -91,18 +92,53 @@ def _files(path: str) -> List[str]:
   return sorted(n for n in os.listdir(path) if _visible(n) and os.path.isfile(os.path.join(path, n)))
 
 
-def _walk_files(path: str) -> List[str]:
-  """All visible files under path, recursively, in a stable sorted order."""
-  found = []
-  for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
-    dirnames[:] = sorted(d for d in dirnames if _visible(d))
-    found.extend(os.path.join(dirpath, f) for f in sorted(filenames) if _visible(f))
-  return found
+class _Walker:
+  """Lists the visible files under folders, following a link to a folder at most once per real folder (a link back
+  to a folder being read, ``all -> ..``, would otherwise loop until the OS refuses), and keeps each real file once
+  (``unique``): a file reachable twice would be converted twice, under two classes or in two splits. Each link
+  passed over is noted with why."""
+
+  def __init__(self, root: str):
+    self.seen_dirs = {os.path.realpath(root)}
+    self.skips: List[Tuple[str, str]] = []
+
+  def files(self, path: str) -> List[str]:
+    """All visible files under path, recursively, in a stable sorted order."""
+    found = []
+    self.seen_dirs.add(os.path.realpath(path))
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
+      keep = []
+      for d in sorted(d for d in dirnames if _visible(d)):
+        real = os.path.realpath(os.path.join(dirpath, d))
+        if real in self.seen_dirs:
+          self.skips.append((os.path.join(dirpath, d), f'a link to a folder read already ({real}): a loop or a '
+                                                       'second way to the same images'))
+        else:
+          self.seen_dirs.add(real)
+          keep.append(d)
+      dirnames[:] = keep
+      found.extend(os.path.join(dirpath, f) for f in sorted(filenames) if _visible(f))
+    return found
+
+  def unique(self, items: List[Item]) -> List[Item]:
+    """``items`` with each real file once: under its own path where it is listed there, else its first."""
+    by_file: Dict[str, List[Item]] = {}
+    for item in items:
+      by_file.setdefault(os.path.realpath(item.path), []).append(item)
+    dropped = set()
+    for real, listed in by_file.items():
+      if len(listed) > 1:
+        kept = next((i for i in listed if os.path.abspath(i.path) == real), listed[0])
+        for item in listed:
+          if item is not kept:
+            dropped.add(id(item))
+            self.skips.append((item.path, f'a second way to one file (a link): {kept.path}'))
+    return [item for item in items if id(item) not in dropped]
 
 
-def _class_folder_items(root: str) -> Tuple[Dict[str, List[Item]], List[str]]:
+def _class_folder_items(root: str, walker: _Walker) -> Tuple[Dict[str, List[Item]], List[str]]:
   """Items per class of a folder of class folders, plus loose files at its top level."""
-  by_class = {c: [Item(p, c) for p in _walk_files(os.path.join(root, c))] for c in _subdirs(root)}
+  by_class = {c: [Item(p, c) for p in walker.files(os.path.join(root, c))] for c in _subdirs(root)}
   return by_class, [os.path.join(root, f) for f in _files(root)]
 
 
@@ -145,7 +181,7 @@ def _read_synset_labels(root: str, num_files: int) -> List[str]:
   return synsets
 
 
-def _split_folder_plan(root: str, split_dirs: List[str]) -> Plan:
+def _split_folder_plan(root: str, split_dirs: List[str], walker: '_Walker') -> Plan:
   """Layouts (b) and (c): keep the given split."""
   val_dirs = [d for d in split_dirs if _SPLIT_DIRS[d] == 'validation']
   if len(val_dirs) > 1:
@@ -160,7 +196,7 @@ def _split_folder_plan(root: str, split_dirs: List[str]) -> Plan:
       synsets = _read_synset_labels(root, len(names))
       splits[split] = [Item(os.path.join(path, n), s) for n, s in zip(names, synsets)]
     else:
-      by_class, loose = _class_folder_items(path)
+      by_class, loose = _class_folder_items(path, walker)
       folder_classes.update(by_class)
       loose_files.extend(loose)
       splits[split] = [item for c in sorted(by_class) for item in by_class[c]]
@@ -171,8 +207,10 @@ def _split_folder_plan(root: str, split_dirs: List[str]) -> Plan:
     raise ValueError(f'{root}/train has no images: expected train/<class>/<image files>.')
   if not splits['validation']:
     logging.warning('No validation images in %s: the trainer evaluates on validation-* files.', root)
+  unique = set(map(id, walker.unique([i for s in SPLITS for i in splits[s]])))
+  splits = {s: [i for i in items if id(i) in unique] for s, items in splits.items()}
   names = sorted({item.class_name for items in splits.values() for item in items} | folder_classes)
-  return Plan(layout, splits, names, loose_files)
+  return Plan(layout, splits, names, loose_files, walker.skips)
 
 
 def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0) -> Plan:
@@ -185,18 +223,23 @@ def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1)
               f'validation/*.JPEG and {SYNSET_LABELS_FILE})')
   if not dirs:
     raise ValueError(f'{raw_data_dir} has no subfolders: {expected}.')
+  walker = _Walker(raw_data_dir)
   split_dirs = [d for d in dirs if d in _SPLIT_DIRS]
   if split_dirs:
     others = [d for d in dirs if d not in _SPLIT_DIRS]
     if others or 'train' not in split_dirs:
       raise ValueError(f'{raw_data_dir} is ambiguous: split folders {split_dirs} next to {others or "no train/"}; '
                        f'{expected}.')
-    plan = _split_folder_plan(raw_data_dir, split_dirs)
+    plan = _split_folder_plan(raw_data_dir, split_dirs, walker)
   else:
-    by_class, loose = _class_folder_items(raw_data_dir)
+    by_class, loose = _class_folder_items(raw_data_dir, walker)
     if not any(by_class.values()):
       raise ValueError(f'{raw_data_dir} has folders but no files in them: {expected}.')
-    plan = Plan('class_folders', split_class_items(by_class, ratios, seed), sorted(by_class), loose)
+    unique = set(map(id, walker.unique([i for c in sorted(by_class) for i in by_class[c]])))
+    by_class = {c: [i for i in items if id(i) in unique] for c, items in by_class.items()}
+    plan = Plan('class_folders', split_class_items(by_class, ratios, seed), sorted(by_class), loose, walker.skips)
+  for path, why in plan.link_skips:
+    logging.warning('Skipping %s: %s.', path, why)
   used = {item.class_name for items in plan.splits.values() for item in items}
   for c in plan.class_names:
     if c not in used:
@@ -276,11 +319,14 @@ def convert_dataset(raw_data_dir: str,
                     num_workers: Optional[int] = None,
                     overwrite: bool = False,
                     apply_exif_orientation: bool = True,
-                    max_image_side: int = 0) -> Dict[str, Any]:
+                    max_image_side: int = 0,
+                    drop_leaked_images: bool = False) -> Dict[str, Any]:
   """Converts raw_data_dir to TFRecord shards, labels.txt and summary.json in output_dir; returns the summary.
 
   Shard counts of None are sized to the data (default_num_shards). Ratios apply to the class-folder layout only.
-  max_image_side > 0 shrinks images whose longer side exceeds it (0 keeps every size).
+  max_image_side > 0 shrinks images whose longer side exceeds it (0 keeps every size). Validation and test images
+  that are copies of an image of an earlier split (train, then validation) are reported, and with
+  drop_leaked_images left out of their split.
   """
   if max_image_side < 0:
     raise ValueError(f'max_image_side must be 0 (keep sizes) or a positive side in pixels, got {max_image_side}.')
@@ -303,7 +349,11 @@ def convert_dataset(raw_data_dir: str,
   labels = {name: i + 1 for i, name in enumerate(plan.class_names)}
   summary = _new_summary(plan, raw_data_dir, output_dir, ratios, seed)
   summary['max_image_side'] = max_image_side
-  _write_shards(shards, output_dir, labels, workers, apply_exif_orientation, summary, max_image_side)
+  leaks = LeakedImages(drop_leaked_images)
+  _write_shards(shards, output_dir, labels, workers, apply_exif_orientation, summary, max_image_side, leaks)
+  summary['leaked'] = leaks.report()
+  leaks.log()
+  summary['skipped_counts'] = _skipped_counts(summary['skipped'])
   _atomic_write_text(output_dir, LABELS_FILE, ''.join(n + '\n' for n in plan.class_names))
   summary['seconds'] = round(time.time() - start, 1)
   _atomic_write_text(output_dir, SUMMARY_FILE, json.dumps(summary, indent=2) + '\n')
@@ -334,20 +384,97 @@ def _new_summary(plan: Plan, raw_data_dir: str, output_dir: str, ratios: Sequenc
       'num_images': 0,
       'converted': {},  # reason -> {'count': n, 'examples': [paths]}
       'shards': {},  # shard file name -> {'records': n, 'bytes': b, 'sha256': hex digest}
-      'skipped': [{'path': p, 'split': None, 'reason': 'not inside a class folder'} for p in plan.loose_files],
+      'skipped': ([{'path': p, 'split': None, 'reason': 'not inside a class folder'} for p in plan.loose_files]
+                  + [{'path': p, 'split': None, 'reason': why} for p, why in plan.link_skips]),
   }
+
+
+def _skipped_counts(skipped: List[Dict[str, Any]]) -> Dict[str, int]:
+  """Skipped files by the kind of reason (its words before any detail in parentheses or after a colon)."""
+  counts: Dict[str, int] = {}
+  for entry in skipped:
+    kind = re.split(r' \(|: ', entry['reason'], maxsplit=1)[0]
+    counts[kind] = counts.get(kind, 0) + 1
+  return counts
+
+
+class LeakedImages:
+  """Finds validation and test images whose picture is one of an earlier split's (train, then validation):
+  byte-identical files (SHA-256), and near-identical re-encodes (256-bit difference hashes within NEAR_BITS bits,
+  found through BANDS bands of 16 bits: two hashes that differ in fewer bits than there are bands share a band).
+  Their accuracy would measure memory, not generalisation; ``drop`` leaves them out of their split."""
+
+  NEAR_BITS = 8
+  BANDS = 16
+  SHOWN = 20
+
+  def __init__(self, drop: bool):
+    self.drop = drop
+    self.by_digest: Dict[str, Tuple[str, str]] = {}               # sha256 -> (split, path)
+    self.bands: List[Dict[int, List[Tuple[int, str, str]]]] = [{} for _ in range(self.BANDS)]
+    self.found: List[Dict[str, Any]] = []
+    self._split_of_index: Optional[str] = None
+
+  def _near(self, dhash: int) -> Optional[Tuple[str, str]]:
+    for band, index in enumerate(self.bands):
+      for other, split, path in index.get((dhash >> (16 * band)) & 0xFFFF, ()):
+        if bin(dhash ^ other).count('1') <= self.NEAR_BITS:
+          return split, path
+    return None
+
+  def check(self, split: str, path: str, result: clean_images.CleanedImage) -> Optional[str]:
+    """Records ``path`` (of ``split``) and returns why it is dropped, or None to keep it."""
+    match, kind = None, None
+    if split != 'train':
+      if result.sha256 and result.sha256 in self.by_digest and self.by_digest[result.sha256][0] != split:
+        match, kind = self.by_digest[result.sha256], 'identical'
+      elif result.dhash >= 0:
+        near = self._near(result.dhash)
+        if near is not None and near[0] != split:
+          match, kind = near, 'near-identical'
+    if match is not None:
+      self.found.append({'path': path, 'split': split, 'kind': kind, 'same_as': match[1], 'same_as_split': match[0]})
+      if self.drop:
+        return f'{kind} to an image of {match[0]}: {match[1]} (--drop_leaked_images)'
+    if result.sha256:
+      self.by_digest.setdefault(result.sha256, (split, path))
+    if result.dhash >= 0:
+      for band, index in enumerate(self.bands):
+        index.setdefault((result.dhash >> (16 * band)) & 0xFFFF, []).append((result.dhash, split, path))
+    return None
+
+  def report(self) -> Dict[str, Any]:
+    counts = {f'{f["split"]} {f["kind"]}': 0 for f in self.found}
+    for f in self.found:
+      counts[f'{f["split"]} {f["kind"]}'] += 1
+    return {'count': len(self.found), 'dropped': len(self.found) if self.drop else 0, 'by_split_and_kind': counts,
+            'examples': self.found[:self.SHOWN]}
+
+  def log(self) -> None:
+    if not self.found:
+      return
+    counts = ', '.join(f'{n} {k}' for k, n in self.report()['by_split_and_kind'].items())
+    shown = '; '.join(f'{f["path"]} = {f["same_as"]}' for f in self.found[:5])
+    if self.drop:
+      logging.warning('Dropped %d evaluation images that are copies of images of an earlier split (%s), e.g. %s.',
+                      len(self.found), counts, shown)
+    else:
+      logging.warning('%d evaluation images are copies of images of an earlier split (%s), e.g. %s. Their accuracy '
+                      'measures memory, not generalisation: --drop_leaked_images leaves them out (summary.json '
+                      '"leaked" lists them).', len(self.found), counts, shown)
 
 
 def _write_shards(shards: List[Tuple[str, int, int, List[Item]]], output_dir: str, labels: Dict[str, int],
                   num_workers: int, apply_exif_orientation: bool, summary: Dict[str, Any],
-                  max_image_side: int = 0) -> None:
+                  max_image_side: int = 0, leaks: Optional[LeakedImages] = None) -> None:
   """Streams cleaned images from the workers into the shards, in plan order."""
   paths = [item.path for _, _, _, items in shards for item in items]
   with clean_images.cleaned_images(paths, apply_exif_orientation, num_workers, max_image_side) as results:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import  # Lazy, while the workers boot.
     done, last_log, start = 0, time.time(), time.time()
     for split, index, num, items in shards:
-      _write_shard(os.path.join(output_dir, shard_name(split, index, num)), split, items, results, labels, summary)
+      _write_shard(os.path.join(output_dir, shard_name(split, index, num)), split, items, results, labels, summary,
+                   leaks or LeakedImages(False))
       done += len(items)
       if time.time() - last_log > 10 or index == num - 1:
         last_log = time.time()
@@ -355,8 +482,8 @@ def _write_shards(shards: List[Tuple[str, int, int, List[Item]]], output_dir: st
                      len(paths), done / max(1e-9, time.time() - start))
 
 
-def _write_shard(path: str, split: str, items: List[Item], results: Iterator[clean_images.CleanedImage], labels: Dict[str, int],
-                 summary: Dict[str, Any]) -> None:
+def _write_shard(path: str, split: str, items: List[Item], results: Iterator[clean_images.CleanedImage],
+                 labels: Dict[str, int], summary: Dict[str, Any], leaks: LeakedImages) -> None:
   """Writes one shard under a .tmp- name and renames it when complete; a failure leaves no shard behind."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  # Lazy: keeps --help and the workers TF-free.
   from official_input import example_schema  # pylint: disable=g-import-not-at-top
@@ -367,8 +494,9 @@ def _write_shard(path: str, split: str, items: List[Item], results: Iterator[cle
     with tf.io.TFRecordWriter(tmp) as writer:
       for item in items:
         result = next(results)
-        if result.error:
-          summary['skipped'].append({'path': item.path, 'split': split, 'reason': result.error})
+        reason = result.error or _too_small(result) or leaks.check(split, item.path, result)
+        if reason:
+          summary['skipped'].append({'path': item.path, 'split': split, 'reason': reason})
           continue
         if result.converted:
           _count_conversion(summary, result.converted, item.path)
@@ -386,6 +514,13 @@ def _write_shard(path: str, split: str, items: List[Item], results: Iterator[cle
       os.remove(tmp)
   stats['shards'].append(os.path.basename(path))
   summary['shards'][os.path.basename(path)] = {'records': records, 'bytes': num_bytes, 'sha256': digest}
+
+
+def _too_small(result: clean_images.CleanedImage) -> Optional[str]:
+  if min(result.height, result.width) >= MIN_IMAGE_SIDE:
+    return None
+  return (f'too small to crop ({result.width}x{result.height} px; the trainer\'s crop needs at least {MIN_IMAGE_SIDE} '
+          'px a side: a spacer or a tracking pixel?)')
 
 
 def _file_digest(path: str) -> Tuple[int, str]:
@@ -484,6 +619,14 @@ def format_summary(summary: Dict[str, Any], max_skipped: int = 20) -> str:
     lines.append(f'  {entry["path"]}: {entry["reason"]}')
   if len(skipped) > max_skipped:
     lines.append(f'  ... {len(skipped) - max_skipped} more in {SUMMARY_FILE}')
+  leaked = summary.get('leaked') or {}
+  if leaked.get('count'):
+    counts = ', '.join(f'{n} {kind}' for kind, n in leaked['by_split_and_kind'].items())
+    lines.append(f'Copies of images of an earlier split: {leaked["count"]} ({counts})'
+                 + (', left out (--drop_leaked_images):' if leaked['dropped'] else
+                    ': their accuracy measures memory (--drop_leaked_images leaves them out):'))
+    for entry in leaked['examples'][:max_skipped]:
+      lines.append(f'  {entry["path"]} = {entry["same_as"]} ({entry["kind"]})')
   return '\n'.join(lines)
 
 
@@ -523,6 +666,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                        lower_bound=0, flag_values=fv)
   flags.DEFINE_boolean('exif_orientation', True, 'Rotate images with an EXIF orientation upright (re-encoding '
                        'them); off keeps such JPEGs byte-for-byte, as the reference did.', flag_values=fv)
+  flags.DEFINE_boolean('drop_leaked_images', False, 'Leave out of validation and test the images that are copies '
+                       '(byte-identical, or near-identical re-encodes) of an image of an earlier split; without it '
+                       'they are converted and reported.', flag_values=fv)
 
 
 def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -546,7 +692,8 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
         fv.raw_data_dir, fv.local_scratch_dir, train_ratio=fv.train_ratio, validation_ratio=fv.validation_ratio,
         test_ratio=fv.test_ratio, seed=fv.seed, train_shards=fv.train_shards,
         validation_shards=fv.validation_shards, test_shards=fv.test_shards, num_workers=fv.num_workers,
-        overwrite=fv.overwrite, apply_exif_orientation=fv.exif_orientation, max_image_side=fv.max_image_side)
+        overwrite=fv.overwrite, apply_exif_orientation=fv.exif_orientation, max_image_side=fv.max_image_side,
+        drop_leaked_images=fv.drop_leaked_images)
     print(format_summary(summary))
     if upload:
       upload_outputs(fv.local_scratch_dir, fv.gcs_output_path, fv.overwrite)

@@ -74,18 +74,14 @@ class BestCheckpoint:
 
   # ------------------------------------------------------------------------------------------------ reading
   def _read_json(self, name: str) -> Optional[Dict[str, Any]]:
-    path = os.path.join(self.directory, name)
-    if not tf.io.gfile.exists(path):
-      return None
-    with tf.io.gfile.GFile(path) as f:
-      try:
-        record = json.load(f)
-      except json.JSONDecodeError:
-        record = None
-    if not isinstance(record, dict):
-      logging.warning('%s is not a JSON record (damaged?): ignoring it.', path)
-      return None
-    return record
+    """The record, or None when missing or damaged in any way (bad JSON, binary, truncated, a directory): a
+    damaged one is a warning, never a reason to stop, and nothing is deleted."""
+    record = files.read_json_record(os.path.join(self.directory, name), 'JSON record')
+    if record.value is not None and not isinstance(record.value, dict):
+      record = files.Record(record.path, problem=f'{record.path} is not a JSON record (a {type(record.value).__name__})')
+    if record.damaged:
+      logging.warning('%s (damaged?): ignoring it.', record.problem)
+    return record.value if not record.damaged else None
 
   def _holds_files(self, record: Mapping[str, Any]) -> bool:
     name = record.get('best_checkpoint') if isinstance(record, dict) else None
@@ -128,17 +124,27 @@ class BestCheckpoint:
                    best['global_step'], self.checkpoint_path)
 
   def _tidy(self) -> None:
-    """Makes the pointer agree with eval_results.json and removes files of any other checkpoint (a crash's)."""
-    keep = {RESULTS_FILE, PROGRESS_FILE, *self.companions}
+    """Makes the pointer agree with eval_results.json and removes the files of any other checkpoint (a crash's) and
+    temporary files; anything else (a damaged record set aside, a user's file) stays."""
+    keep = set()
     if self._committed is not None:
       name = self._committed['best_checkpoint']
       files.atomic_write(os.path.join(self.directory, 'checkpoint'),
                          f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
-      keep.add('checkpoint')
       keep.update(os.path.basename(p) for p in tf.io.gfile.glob(os.path.join(self.directory, name + '.*')))
     for entry in tf.io.gfile.listdir(self.directory):
-      if entry.rstrip('/') not in keep:
+      entry = entry.rstrip('/')
+      checkpoint_file = entry.endswith('.index') or '.data-' in entry
+      if entry not in keep and (checkpoint_file or files.is_temp(entry)):
         tf.io.gfile.remove(os.path.join(self.directory, entry))
+
+  def _writable(self, name: str) -> str:
+    """The path of record ``name``; a directory found in its place is set aside (kept, renamed), with a warning."""
+    path = os.path.join(self.directory, name)
+    if tf.io.gfile.isdir(path):
+      aside = files.set_aside(path)
+      logging.warning('%s was a directory, not a record: kept as %s; %s is written anew.', path, aside, name)
+    return path
 
   def _agree(self) -> None:
     """Once, before the first decision: every worker takes the writer's opening state (what it read from best/
@@ -197,12 +203,14 @@ class BestCheckpoint:
               'checkpoint': os.path.join(self.directory, name)}
     improved = self._better(value) and bool(source)
     error: Optional[BaseException] = None
-    if improved and self.writer:
+    if self.writer:  # the copy and progress.json: each failure is shared below, so every worker stops with it
       try:
-        improved = self._keep(source, record)
+        if improved:
+          improved = self._keep(source, record)
+        self._write_progress(record if improved else self.best, 0 if improved else self.evals_without_improvement + 1)
       except Exception as e:  # pylint: disable=broad-except  (shared first, raised below on every worker)
         improved, error = False, e
-    if self._share is not None:  # the writer's verdict: it alone knows whether the copy succeeded
+    if self._share is not None:  # the writer's verdict: it alone knows whether its writes succeeded
       shared_improved, failed = self._share([improved, error is not None])
       improved = bool(shared_improved)
       if failed and error is None:
@@ -220,11 +228,13 @@ class BestCheckpoint:
       if self.best is not None:
         logging.info('%s=%.4f does not improve on the best %.4f (step %d): %d evaluation(s) without improvement.',
                      self.metric, value, self.value, self.best['global_step'], self.evals_without_improvement)
-    if self.writer and self.best is not None:
-      files.atomic_write(os.path.join(self.directory, PROGRESS_FILE), json.dumps({
-          'best_step': self.best['global_step'], 'evals_without_improvement': self.evals_without_improvement,
-          'last_evaluated_step': self.last_evaluated_step}))
     return improved
+
+  def _write_progress(self, best: Optional[Mapping[str, Any]], evals_without_improvement: int) -> None:
+    if best is not None:
+      files.atomic_write(self._writable(PROGRESS_FILE), json.dumps({
+          'best_step': best['global_step'], 'evals_without_improvement': evals_without_improvement,
+          'last_evaluated_step': self.last_evaluated_step}))
 
   def _keep(self, source: str, record: Dict[str, Any]) -> bool:
     """Copies the checkpoint ``source`` in and commits it with ``record``; False if it vanished first
@@ -245,7 +255,7 @@ class BestCheckpoint:
       logging.warning('Checkpoint %s vanished before it could be kept as the best; keeping %s.', source,
                       self.checkpoint_path)
       return False
-    files.atomic_write(os.path.join(self.directory, RESULTS_FILE), json.dumps(record, indent=2, sort_keys=True))
+    files.atomic_write(self._writable(RESULTS_FILE), json.dumps(record, indent=2, sort_keys=True))
     self.best = self._committed = record
     self._tidy()
     return True
@@ -260,6 +270,17 @@ class BestCheckpoint:
             f'{self.best["global_step"]}) and all {self.evals_without_improvement} evaluation(s) after it were '
             f'worse: training may have diverged after step {self.best["global_step"]} (look at the training loss). '
             f'{self.checkpoint_path} holds the best weights.')
+
+  def ahead_of(self, step: int) -> Optional[str]:
+    """A warning when best/ holds a checkpoint past ``step`` (where training resumes or starts): it comes from a
+    history that is gone (checkpoints deleted, a run started over), and stays the best to beat unless removed."""
+    held = self.best or self._committed
+    if not held or int(held.get('global_step', -1)) <= step:
+      return None
+    return (f'{self.directory} holds the best checkpoint of step {held["global_step"]} ({held.get("best_metric")}='
+            f'{held.get(held.get("best_metric"), float("nan")):.4g}), but training goes on from step {step}: it comes '
+            f'from training whose later checkpoints are gone. It stays the best to beat (and export_best exports '
+            f'it while it is); move {self.directory} away to start its record with this run.')
 
   def needs_evaluation(self, step: int) -> bool:
     """Whether ``step`` (a resumed run's checkpoint) was saved but never evaluated, e.g. by a preempted run."""

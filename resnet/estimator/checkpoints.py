@@ -2,6 +2,12 @@
 
 Only the chief's files count. Every worker must take part in saving (sync-on-read variables), so the others write
 a throw-away copy to a private temp directory that is deleted at exit (as orbit does).
+
+The latest checkpoint is the newest *complete* one (``latest``), not merely the one the ``checkpoint`` state file
+names: TensorFlow's own lookup returns nothing when that one's files are gone (deleted by hand, say), and a run
+would then start again from step 0 over the checkpoints that are still there. A missing or incomplete newest
+checkpoint is named, with the one used instead; with no complete checkpoint left beside checkpoint files, it is an
+error naming the files and the fix. A training run's chief repairs the state file to name what it resumes from.
 """
 import atexit
 import os
@@ -9,7 +15,7 @@ import re
 import shutil
 import tempfile
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -32,6 +38,85 @@ def checkpoint_step(path: str) -> int:
 _DATA_SUFFIX = re.compile(r'\.data-\d{5}-of-\d{5}$')
 
 
+class IncompleteCheckpoints(FileNotFoundError):
+  """model_dir has checkpoint files but no complete checkpoint."""
+
+
+_warned = set()
+
+
+def _candidates(directory: str) -> Tuple[List[str], List[str]]:
+  """(the checkpoints the state file names, every checkpoint named by it or by an index file), newest first."""
+  state = tf.train.get_checkpoint_state(directory)
+  named = set(state.all_model_checkpoint_paths) | {state.model_checkpoint_path} if state else set()
+  named.discard('')
+  paths = set(named)
+  paths.update(p[:-len('.index')] for p in tf.io.gfile.glob(os.path.join(directory, f'{CHECKPOINT_NAME}-*.index')))
+  newest_first = lambda items: sorted(items, key=lambda p: (checkpoint_step(p), p), reverse=True)
+  return newest_first(named), newest_first(paths)
+
+
+def latest(directory: str) -> Optional[str]:
+  """The newest complete checkpoint in ``directory`` (None when it holds none at all). When a newer one the state
+  file names is missing or incomplete, a warning names it and the checkpoint used instead (an index file the state
+  file does not name yet is a checkpoint being written: passed over in silence); IncompleteCheckpoints when
+  checkpoint files are there but none is complete."""
+  if not tf.io.gfile.isdir(directory):
+    return None
+  named, candidates = _candidates(directory)
+  if not candidates:
+    return None
+  skipped = []
+  for path in candidates:
+    if _readable(path):
+      if skipped and (directory, path) not in _warned:
+        _warned.add((directory, path))
+        logging.warning('%s: the newest checkpoint%s %s missing or incomplete (deleted?): using %s, the newest '
+                        'complete one (step %d).', directory, 's' if len(skipped) > 1 else '',
+                        ', '.join(_describe(p) for p in skipped) + (' are' if len(skipped) > 1 else ' is'),
+                        os.path.basename(path), checkpoint_step(path))
+      return path
+    if path in named:
+      skipped.append(path)
+  if not named:  # only index files of checkpoints being written
+    return None
+  raise IncompleteCheckpoints(
+      f'{directory} has checkpoint files but no complete checkpoint: {", ".join(_describe(p) for p in skipped)}. '
+      f'Nothing was started over them. Restore the missing files; or, to start this run again from step 0 (its '
+      f'training is then lost), move its checkpoint files and the "checkpoint" file away; or use a new --model_dir.')
+
+
+def _describe(path: str) -> str:
+  name = os.path.basename(path)
+  if not tf.io.gfile.exists(path + '.index'):
+    return f'{name} (no {name}.index)'
+  return f'{name} (unreadable: a data file is missing or damaged)'
+
+
+def has_checkpoint(directory: str) -> bool:
+  """Whether ``directory`` holds checkpoint files at all (complete or not: either way it is no new run)."""
+  return tf.io.gfile.isdir(directory) and bool(_candidates(directory)[1])
+
+
+def repair_state(directory: str, path: str) -> None:
+  """Makes the state file name ``path`` (the checkpoint a training run resumes from) and list only complete
+  checkpoints, with their times (the CheckpointManager rotates by them), so that saving and rotating go on from it.
+  Writes nothing when it already does."""
+  _, candidates = _candidates(directory)
+  complete = [p for p in reversed(candidates) if checkpoint_step(p) <= checkpoint_step(path) and _readable(p)]
+  state = tf.train.get_checkpoint_state(directory)
+  if (state is not None and state.model_checkpoint_path == path
+      and list(state.all_model_checkpoint_paths) == complete):
+    return
+  recorded = dict(zip(state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps)) if state else {}
+  times = [recorded.get(p) or tf.io.gfile.stat(p + '.index').mtime_nsec / 1e9 for p in complete]
+  preserved = state.last_preserved_timestamp if state else None
+  tf.compat.v1.train.update_checkpoint_state(directory, path, all_model_checkpoint_paths=complete,
+                                             all_model_checkpoint_timestamps=times,
+                                             last_preserved_timestamp=min([preserved or min(times)] + times) - 1)
+  logging.info('%s/checkpoint now names %s, the checkpoint this run resumes from.', directory, os.path.basename(path))
+
+
 def resolve(path: str) -> str:
   """A checkpoint prefix from a prefix, a ``.index``/``.data-*`` file name, the ``checkpoint`` state file, or a
   directory (its latest; without a state file, as in copied checkpoints, the highest step among ``*.index``)."""
@@ -50,10 +135,10 @@ def resolve(path: str) -> str:
 
 
 def _latest_in_directory(directory: str) -> str:
-  latest = tf.train.latest_checkpoint(directory)
-  if latest:
-    return latest
-  indexes = tf.io.gfile.glob(os.path.join(directory, '*.index'))
+  found = latest(directory)
+  if found:
+    return found
+  indexes = tf.io.gfile.glob(os.path.join(directory, '*.index'))  # copied checkpoints of any name
   if not indexes:
     raise FileNotFoundError(f'No checkpoint found in directory {directory} (no "checkpoint" state file and no '
                             f'*.index files).')
@@ -64,8 +149,10 @@ class Checkpoints:
   """Saves and restores the global step plus every object model_fn created; tracks ``holds``."""
 
   def __init__(self, model_dir: str, is_chief: bool, keep_checkpoint_max: int, global_step: tf.Variable,
-               objects: Callable[[], Dict[str, Any]]):
+               objects: Callable[[], Dict[str, Any]],
+               check: Optional[Callable[[str, Dict[str, Any]], None]] = None):
     self.model_dir = model_dir
+    self._check = check  # the application's check that a checkpoint fits its objects, before any restore
     self._is_chief = is_chief
     self._keep = keep_checkpoint_max
     self._global_step = global_step
@@ -98,7 +185,7 @@ class Checkpoints:
     return tf.train.Checkpoint(global_step=self._global_step, **self._objects())
 
   def latest(self) -> Optional[str]:
-    return tf.train.latest_checkpoint(self.model_dir)
+    return latest(self.model_dir)
 
   def path_for_step(self, step: int) -> str:
     """The chief's checkpoint of ``step`` in model_dir (every worker names the chief's file)."""
@@ -121,6 +208,8 @@ class Checkpoints:
     if not path:
       self.holds = INITIAL
       return None
+    if self._check is not None:
+      self._check(path, self._objects())
     self.checkpoint().restore(path).expect_partial()
     # Objects the checkpoint lacks keep whatever they held; those that care are told (moving averages start from
     # the restored weights, not from random ones).

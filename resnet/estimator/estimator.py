@@ -50,11 +50,18 @@ class NoCheckpointError(FileNotFoundError):
   """Evaluation or prediction asked for weights that do not exist."""
 
 
+class ChiefFailed(RuntimeError):
+  """The chief failed at something it does for every worker (a write): the other workers stop with it."""
+
+
 class Estimator:
   """Runs model_fn/input_fn under a strategy: train, evaluate, predict, export."""
 
   def __init__(self, model_fn: Callable[..., Any], config: RunConfig, params: Mapping[str, Any],
-               strategy: Optional[tf.distribute.Strategy] = None):
+               strategy: Optional[tf.distribute.Strategy] = None,
+               restore_check: Optional[Callable[[str, Mapping[str, Any]], None]] = None):
+    """``restore_check(path, objects)``: raises when checkpoint ``path`` cannot fit the objects model_fn created
+    (naming what differs), before anything is restored."""
     self.model_fn = model_fn
     self.config = config
     self.params = dict(params)
@@ -68,7 +75,7 @@ class Estimator:
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
       self.scope = ObjectScope()
     self.checkpoints = checkpoints_lib.Checkpoints(self.model_dir, self.is_chief, config.keep_checkpoint_max,
-                                                   self.global_step, lambda: self.scope.objects)
+                                                   self.global_step, lambda: self.scope.objects, restore_check)
     self.workers = distribution.num_workers(self.strategy)
     self.stop = StopControl(self.strategy, self.workers)
     self.replica_fns = loops.ReplicaFunctions(model_fn, self.mode_params, config.jit_compile, self.strategy)
@@ -77,10 +84,29 @@ class Estimator:
     self._train_input = None                         # (input_fn, iterator)
     self._eval_steps: Dict[str, Callable] = {}      # eval input spec -> compiled eval step
     self._writers: Dict[str, tf.summary.SummaryWriter] = {}
+    self._max_steps: Optional[int] = None            # of the current train() call
 
   def from_chief(self, values: Sequence[float]) -> List[float]:
     """The chief's ``values`` on every worker, e.g. best/'s decisions (a collective with several workers)."""
     return distribution.from_chief(self.strategy, values)
+
+  def on_chief(self, fn: Callable[[], Any], what: str) -> Any:
+    """Runs ``fn`` on the chief alone (a write every worker counts on); with several workers, every worker learns
+    whether it failed (a collective: every worker calls this at the same point) and stops with it, so that none
+    waits in the next collective for a chief that is gone. Returns fn's result on the chief, None elsewhere."""
+    result, error = None, None
+    if self.is_chief:
+      try:
+        result = fn()
+      except Exception as e:  # pylint: disable=broad-except  (shared first, raised below on every worker)
+        error = e
+    if self.workers > 1:
+      failed, = self.from_chief([error is not None])
+      if failed and error is None:
+        raise ChiefFailed(f'The chief could not {what} (its log says why); this worker stops with it.')
+    if error is not None:
+      raise error
+    return result
 
   # ------------------------------------------------------------------------------------------------ building
   def _global_batch(self, mode: str) -> int:
@@ -185,7 +211,10 @@ class Estimator:
   def _prepare_training(self, input_fn: InputFn) -> None:
     self.build(ModeKeys.TRAIN)
     if self.checkpoints.holds is None:
-      self.restore()
+      path = self.latest_checkpoint()
+      if path and self.is_chief:  # saving goes on from the checkpoint resumed, not from one that is gone
+        checkpoints_lib.repair_state(self.model_dir, path)
+      self.restore(path)
     if self._train_input is None or self._train_input[0] is not input_fn:
       self._train_input = (input_fn, iter(self.distribute(input_fn, ModeKeys.TRAIN)))
       self._train_loop = None
@@ -203,6 +232,11 @@ class Estimator:
     return (step >= max_steps or step % self.config.iterations_per_loop == 0
             or step % self.config.save_checkpoints_steps == 0)
 
+  def common_boundary(self, step: int) -> bool:
+    """Whether a loop of the current train() call ending at ``step`` ends where every worker's does (whatever
+    shorter loops a hook asked for on one of them): where hooks that must decide as one decide."""
+    return self._at_common_boundary(step, self._max_steps if self._max_steps is not None else step)
+
   def train(self, input_fn: InputFn, max_steps: int, hooks: Sequence[hooks_lib.LoopHook] = (),
             total_steps: Optional[int] = None) -> Dict[str, float]:
     """Trains until the global step reaches ``max_steps``, resuming from model_dir's latest checkpoint.
@@ -211,6 +245,7 @@ class Estimator:
     train_and_evaluate trains in chunks.
     """
     self._prepare_training(input_fn)
+    self._max_steps = max_steps
     step = int(self.global_step.numpy())
     if step >= max_steps:
       logging.info('Global step %d already reaches max_steps=%d: nothing to train.', step, max_steps)
@@ -339,11 +374,12 @@ class Estimator:
     step = results['global_step']
     logging.info('Eval at step %d over %d examples: %s (%.1f s)', step, results['num_examples'],
                  ', '.join(f'{k}={scalars[k]:.4f}' for k in sorted(scalars)), results['seconds'])
-    if self.is_chief:
+    def write() -> None:
       self.write_scalars(name, step, scalars)
       if images:
         self.write_images(name, step, images)
       files.atomic_write(os.path.join(self.model_dir, f'{name}_results.json'), _json(results))
+    self.on_chief(write, f'write {os.path.join(self.model_dir, f"{name}_results.json")}')
     return results
 
   def _local_examples(self, examples: Mapping[str, Any]) -> Dict[str, np.ndarray]:
@@ -365,6 +401,8 @@ class Estimator:
     self._prepare_training(train_input_fn)
     step = int(self.global_step.numpy())
     results: Dict[str, Any] = {}
+    if best is not None and self.is_chief and best.ahead_of(step):
+      logging.warning('%s', best.ahead_of(step))
     if best is not None and best.needs_evaluation(step):  # a preempted run saved this step but did not evaluate it
       results = self.evaluate(eval_input_fn, weights=eval_weights, hooks=eval_hooks)
       best.update(results)
@@ -400,17 +438,18 @@ class Estimator:
       path, timed_out = self._poll(timeout is not None and now - waiting_since >= timeout)
       if path and path != last_path:
         last_path = path
-        # Removed by keep_checkpoint_max while we waited: every worker skips it, or none does.
-        if distribution.any_worker(self.strategy, not tf.io.gfile.exists(path + '.index')):
+        # Removed by keep_checkpoint_max while we waited, or between this check and the restore: every worker
+        # skips it, or none does (one that raised alone would leave the others in the next collective).
+        vanished = not tf.io.gfile.exists(path + '.index')
+        if not vanished:
+          try:
+            self._load_weights(ModeKeys.EVAL, path, 'evaluate')
+          except tf.errors.NotFoundError:
+            vanished = True
+        if distribution.any_worker(self.strategy, vanished):
           logging.info('Checkpoint %s vanished before it could be evaluated; skipping.', path)
           continue
-        try:
-          results = self.evaluate(input_fn, checkpoint_path=path, weights=weights, hooks=hooks)
-        except tf.errors.NotFoundError:  # removed in the moment between the check and the restore
-          if self.workers > 1:
-            raise
-          logging.info('Checkpoint %s vanished before it could be evaluated; skipping.', path)
-          continue
+        results = self.evaluate(input_fn, checkpoint_path=path, weights=weights, hooks=hooks)
         if best is not None:
           best.update(results)
         if stop_at_step is not None and results['global_step'] >= stop_at_step:
@@ -434,7 +473,11 @@ class Estimator:
   def _poll(self, timed_out: bool) -> Tuple[Optional[str], bool]:
     """model_dir's latest checkpoint and whether the wait timed out. Several workers take the chief's answer (its
     listing and its clock), so that they evaluate the same checkpoint and stop together."""
-    path = self.latest_checkpoint()
+    try:
+      path = self.latest_checkpoint()
+    except checkpoints_lib.IncompleteCheckpoints as e:  # a reader waits: the trainer may be writing its first one
+      logging.log_every_n_seconds(logging.INFO, '%s', 180, e)
+      path = None
     if self.workers == 1:
       return path, timed_out
     step, timed_out = self.from_chief([checkpoints_lib.checkpoint_step(path) if path else -1, timed_out])
@@ -460,6 +503,11 @@ class Estimator:
         yield {k: v[i] for k, v in batch.items()}
 
   # ------------------------------------------------------------------------------------------------ export
+  def load_for_export(self, checkpoint_path: Optional[str] = None) -> Optional[str]:
+    """Makes the variables hold what an export writes (default: the latest weights), on every worker: restoring
+    is collective under MultiWorkerMirroredStrategy, while the export itself is the chief's alone."""
+    return self._load_weights(ModeKeys.PREDICT, checkpoint_path, 'export')
+
   def export_saved_model(self, export_dir_base: str, serving_inputs: Mapping[str, ServingInput],
                          checkpoint_path: Optional[str] = None,
                          assets_extra_fn: Optional[Callable[[str], None]] = None,

@@ -3,14 +3,17 @@
 A run killed mid-write (preemption, kill -9, a full disk) leaves the previous complete file in place and at most a
 temporary file beside it. Local paths are fsynced before the rename; gs:// and other URLs go through tf.io.gfile,
 whose rename is a copy-then-delete on object stores but never exposes a partial object under the final name.
-Also the one rule for what a URL is, and removing a file without caring whether it is there. TensorFlow is imported
+Also the one rule for what a URL is, removing a file without caring whether it is there, and reading back a record
+the program wrote whatever state it is in (``read_record``). TensorFlow is imported
 when a file is written, not with this module: the program reads its flags and params files before it.
 """
 import contextlib
+import dataclasses
 import errno
+import json
 import os
 import uuid
-from typing import Iterator, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 
 class WriteError(OSError):
@@ -31,6 +34,21 @@ def temp_path(path: str) -> str:
   """A hidden sibling of ``path``: same directory (so the rename is atomic), unique per writer."""
   directory, name = os.path.split(path)
   return os.path.join(directory, f'.{name}.tmp-{uuid.uuid4().hex[:12]}')
+
+
+def is_temp(name: str) -> bool:
+  """Whether a file name is one of temp_path's."""
+  return name.startswith('.') and '.tmp-' in name
+
+
+def set_aside(path: str) -> str:
+  """Renames ``path`` (a damaged record, a directory where a file belongs) to a sibling that says so; returns it."""
+  import datetime  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  stamp = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%S')
+  target = f'{path}.damaged-{stamp}'
+  tf.io.gfile.rename(path, target, overwrite=False)
+  return target
 
 
 # errno values that mean "the storage refused the write", as opposed to errors of the code producing the content.
@@ -85,3 +103,53 @@ def remove_quietly(path: str) -> None:
       tf.io.gfile.remove(path)
   except (OSError, tf.errors.OpError):
     pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+  """A file the program wrote and reads back: its parsed ``value`` (None when missing or unreadable) and, when it is
+  there but cannot be read, the ``problem`` in words that name the file."""
+  path: str
+  value: Any = None
+  problem: Optional[str] = None
+
+  @property
+  def damaged(self) -> bool:
+    return self.problem is not None
+
+
+def read_record(path: str, parse: Callable[[str], Any], what: str = 'record') -> Record:
+  """Reads ``path`` with ``parse`` whatever its state: missing (no value, no problem); a directory in its place,
+  bytes that are not UTF-8 text, or text ``parse`` refuses (truncated, bad JSON or YAML) give no value and a problem.
+  One rule for every record (best/, progress, params.yaml, summary.json, eval results): the caller decides what a
+  damaged one means, and nothing is deleted here."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    if is_url(path):
+      if not tf.io.gfile.exists(path):
+        return Record(path)
+      if tf.io.gfile.isdir(path):
+        return Record(path, problem=f'{path} is a directory, not a {what} file')
+      with tf.io.gfile.GFile(path, 'rb') as f:
+        data = f.read()
+    else:
+      if not os.path.lexists(path):
+        return Record(path)
+      if os.path.isdir(path):
+        return Record(path, problem=f'{path} is a directory, not a {what} file')
+      with open(path, 'rb') as f:
+        data = f.read()
+  except (OSError, tf.errors.OpError) as e:
+    return Record(path, problem=f'{path} cannot be read ({getattr(e, "message", None) or e})')
+  try:
+    text = data.decode('utf-8')
+  except UnicodeDecodeError:
+    return Record(path, problem=f'{path} is not a {what}: it holds binary data ({len(data)} bytes), not text')
+  try:
+    return Record(path, parse(text))
+  except (ValueError, TypeError) as e:
+    return Record(path, problem=f'{path} is not a valid {what} ({str(e).splitlines()[0] if str(e) else type(e).__name__})')
+
+
+def read_json_record(path: str, what: str = 'JSON record') -> Record:
+  return read_record(path, json.loads, what)

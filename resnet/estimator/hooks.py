@@ -124,57 +124,128 @@ class EvalHook:
 
 
 class DivergenceGuard(LoopHook):
-  """Catches a finite loss that explodes, which NanGuard cannot see: after ``after_step`` (the warm-up), a loop
-  whose mean loss is FACTOR times the loss of a uniform guess (``chance``), or that is back above chance after the
-  run had reached half of it, counts as exploded; PATIENCE such loops in a row (counted across train() calls, so
+  """Catches a finite loss that explodes or a model that collapses, which NanGuard cannot see.
+
+  It watches a smoothed loss: the step-weighted mean of the newest loops after ``after_step`` (the warm-up) that
+  cover at least ``window`` steps, so that a lucky or unlucky short loop decides nothing, whatever the loop length,
+  and the warm-up's own spikes neither. With a full window, the smoothed loss is *exploded* when it is FACTOR times
+  the loss of a uniform guess (``chance``), or back above chance after an earlier window had reached half of it;
+  and the model has *collapsed* when the smoothed spread of its outputs over the batch (``spread_key``) is below
+  COLLAPSED: it answers every input alike. Before the window is full, only an EXTREME loss counts (an explosion
+  would otherwise reach NaN first, with a vaguer message). PATIENCE such decisions in a row (counted across train() calls, so
   across train_and_eval's chunks) stop the run (``stop``: raised before the estimator saves that loop) or log a
-  warning. ``key`` names the logged loop mean to watch (e.g. the loss without weight decay, which starts far from
-  zero on its own)."""
+  warning.
+
+  Several workers decide as one: only at loop ends every worker reaches (``Estimator.common_boundary``: a chief's
+  profiler may ask for shorter loops than the others run), on the chief's verdict (``Estimator.from_chief``), so they
+  stop together or not at all. ``key`` names the logged loop mean to watch (e.g. the loss without weight decay).
+  """
 
   FACTOR = 3.0
+  EXTREME = 20.0       # x chance: exploded whatever the window (a healthy run's single loops stay below ~4x)
   PATIENCE = 2
-  HISTORY = 8
+  WINDOW = 50          # steps the smoothed values cover at least
+  COLLAPSED = 1e-4     # output spread below which the model answers every input alike
+  HISTORY = 8          # loops shown in the message
 
-  def __init__(self, chance: float, after_step: float, stop: bool = True, key: str = 'loss', advice: str = ''):
+  def __init__(self, chance: float, after_step: float, stop: bool = True, key: str = 'loss', advice: str = '',
+               spread_key: Optional[str] = None, window: int = WINDOW):
     self.chance = float(chance)
     self.after_step = after_step
     self.stop = stop
     self.key = key
+    self.spread_key = spread_key
+    self.window = int(window)
     self.advice = advice
-    self.history: list = []
-    self.best: Optional[Tuple[int, float]] = None
-    self.exploded = 0
-    self.healthy_step: Optional[int] = None  # where the last loop before the exploded ones ended
+    self._estimator = None
+    self._loop_start: Optional[int] = None
+    self._loops: list = []          # (end step, steps, value, spread) of the loops the windows cover
+    self.history: list = []         # (end step, smoothed value) at each decision, for the message
+    self.best: Optional[Tuple[int, float]] = None   # lowest smoothed value over a full window
+    self.exploded = 0               # decisions in a row that found an explosion or a collapse
+    self.collapsed = False
+    self.healthy_step: Optional[int] = None  # where the last loop before the bad ones ended
 
-  def _explodes(self, value: float) -> bool:
-    if value > self.FACTOR * self.chance:
-      return True
-    return self.best is not None and self.best[1] < 0.5 * self.chance and value > self.chance
+  def begin(self, estimator, step: int) -> None:
+    self._estimator = estimator
+
+  def before_loop(self, step: int, num_steps: int) -> None:
+    self._loop_start = step
+
+  def _smoothed(self) -> Tuple[float, Optional[float]]:
+    """(loss, spread) over the newest loops covering ``window`` steps."""
+    steps = value = spread = spread_steps = 0.0
+    for _, n, v, s in reversed(self._loops):
+      steps += n
+      value += n * v
+      if s is not None:
+        spread_steps += n
+        spread += n * s
+      if steps >= self.window:
+        break
+    return value / steps, (spread / spread_steps if spread_steps else None)
 
   def after_loop(self, step: int, logs: Dict[str, float]) -> None:
     value = logs.get(self.key, logs.get('loss'))
     if value is None or not math.isfinite(value):
       return
-    if step > self.after_step and self._explodes(value):
-      if not self.exploded:
-        self.healthy_step = self.history[-1][0] if self.history else None
-      self.exploded += 1
-    else:
-      self.exploded = 0
-    self.history = (self.history + [(step, value)])[-self.HISTORY:]
-    if self.best is None or value < self.best[1]:
-      self.best = (step, value)
+    if step <= self.after_step:
+      return
+    spread = logs.get(self.spread_key) if self.spread_key else None
+    # Only the loop's steps after the warm-up count (a loop may straddle its end).
+    start = max(self._loop_start if self._loop_start is not None else step - 1, int(self.after_step))
+    ran = max(step - start, 1)
+    self._loops.append((step, ran, float(value), None if spread is None or not math.isfinite(spread) else spread))
+    covered, keep = 0, 0  # two windows, and the loops the message shows
+    for keep, (_, n, _, _) in enumerate(reversed(self._loops), start=1):
+      covered += n
+      if covered >= 2 * self.window and keep >= self.HISTORY:
+        break
+    self._loops = self._loops[-keep:]
+    estimator = self._estimator
+    if estimator is not None and not estimator.common_boundary(step):
+      return
+    smoothed, smoothed_spread = self._smoothed()
+    full = step - self.after_step >= self.window  # the same on every worker
+    exploded = smoothed > self.EXTREME * self.chance or full and (smoothed > self.FACTOR * self.chance or (
+        self.best is not None and self.best[1] < 0.5 * self.chance and smoothed > self.chance))
+    collapsed = full and smoothed_spread is not None and smoothed_spread < self.COLLAPSED
+    verdict = exploded or collapsed
+    if estimator is not None:  # the chief's verdict on every worker (values equal up to rounding, or not at all)
+      verdict, collapsed = (bool(v) for v in estimator.from_chief([verdict, collapsed]))
+    self.exploded = self.exploded + 1 if verdict else 0
+    self.collapsed = collapsed
+    self.history = (self.history + [(step, smoothed)])[-self.HISTORY:]
+    if full and (self.best is None or smoothed < self.best[1]):
+      self.best = (step, smoothed)
     if self.exploded != self.PATIENCE:
       return
+    self.healthy_step = self._last_healthy_loop(smoothed)
     message = self.message(step)
     if self.stop:
       raise LossExplodedError(message)
     logging.warning('%s', message)
 
+  def _last_healthy_loop(self, smoothed: float) -> Optional[int]:
+    """Where the last loop before the bad ones ended: the checkpoints up to it predate the trouble."""
+    limit = min(self.FACTOR * self.chance, smoothed) if smoothed > self.chance else self.chance
+    for end, _, value, spread in reversed(self._loops):
+      bad = spread is not None and spread < self.COLLAPSED if self.collapsed else value > limit
+      if not bad:
+        return end
+    return None
+
   def message(self, step: int) -> str:
     shown = ', '.join(f'{s}: {v:.4g}' for s, v in self.history)
-    before = (f'Checkpoints up to step {self.healthy_step} predate the explosion' if self.healthy_step is not None
-              else 'It exploded from the first loop')
-    return (f'Training diverged at step {step}: {self.key} {self.history[-1][1]:.4g}, exploded for {self.PATIENCE} '
-            f'loops in a row, against {self.chance:.3g} for a uniform guess and a best of {self.best[1]:.4g} at '
-            f'step {self.best[0]}. {self.key} by step: {shown}. {before}. {self.advice}'.rstrip())
+    before = (f'Checkpoints up to step {self.healthy_step} predate it' if self.healthy_step is not None
+              else f'Every loop since step {self._loops[0][0] - self._loops[0][1]} was past the threshold')
+    best = f' and a best of {self.best[1]:.4g} at step {self.best[0]}' if self.best else ''
+    if self.collapsed:
+      what = (f'the model collapsed to a constant output: its outputs vary across a batch by less than '
+              f'{self.COLLAPSED:g} ({self.spread_key}) at {self.PATIENCE} checks in a row, so it answers every input '
+              f'alike; {self.key} {self.history[-1][1]:.4g}')
+    else:
+      what = (f'{self.key} {self.history[-1][1]:.4g} (the mean of the last {self.window}+ steps) exploded at '
+              f'{self.PATIENCE} checks in a row')
+    return (f'Training diverged at step {step}: {what}, against {self.chance:.3g} for a uniform guess{best}. '
+            f'{self.key} by step: {shown}. {before}. {self.advice}'.rstrip())

@@ -59,6 +59,7 @@ class Capture:
   start_step: int
   start_time: float
   end_step: Optional[int] = None
+  recording: bool = True  # False: the profiler could not start (the loops ran as if it had)
   run_dir: Optional[str] = None
   xplane_files: Tuple[str, ...] = ()
 
@@ -89,12 +90,17 @@ class ProfilerHook(LoopHook):
   Window mode (``profile_steps=(A, B)``): one capture of the global steps A..B-1, i.e. boundaries at A and B.
   Both modes ask for a 1-step loop just before a capture (so a 1-step function is traced outside it) and 1-step
   loops during it. ``step_markers`` is always on: one ``Trace`` per loop costs microseconds.
+
+  Several workers: every worker needs the same loop boundaries (each step is a collective, and workers whose
+  compiled loops differ in length wait for each other forever), so every worker has this hook and only the chief
+  ``records``; when a periodic capture ends (its duration, on the chief's clock) is the chief's decision, shared
+  (``Estimator.from_chief``) at each 1-step loop of a capture.
   """
 
   step_markers = True
 
   def __init__(self, profile_every_n_steps: int = 0, duration_ms: int = 1000,
-               profile_steps: ProfileSteps = None, logdir: Optional[str] = None):
+               profile_steps: ProfileSteps = None, logdir: Optional[str] = None, records: bool = True):
     if profile_every_n_steps < 0:
       raise ValueError(f'profile_every_n_steps must be >= 0, got {profile_every_n_steps}')
     if duration_ms <= 0:
@@ -106,6 +112,8 @@ class ProfilerHook(LoopHook):
                        'without either, do not create it (resnet/profiling.py does not)')
     self._duration_s = duration_ms / 1000.0
     self._logdir = logdir
+    self._records = records
+    self._estimator: Any = None
     self._next_due: Optional[int] = None
     self._begun = False
     self._active: Optional[Capture] = None
@@ -123,6 +131,7 @@ class ProfilerHook(LoopHook):
       self._logdir = getattr(estimator, 'model_dir', None)
     if not self._logdir:
       raise ValueError('ProfilerHook needs a logdir: pass logdir= or give the Estimator a model_dir')
+    self._estimator = estimator
     first_call, self._begun = not self._begun, True
     if self._every_n:
       if first_call:  # never capture the first loop: it traces and compiles
@@ -190,8 +199,12 @@ class ProfilerHook(LoopHook):
       if step >= self._window[1]:
         self._window = None
         self._stop(step)
-    elif (time.time() - capture.start_time >= self._duration_s
-          or (self._window is not None and step >= self._window[0])):
+      return
+    done = time.time() - capture.start_time >= self._duration_s or (self._window is not None and
+                                                                      step >= self._window[0])
+    if getattr(self._estimator, 'workers', 1) > 1:  # the chief's clock decides, for every worker
+      done = bool(self._estimator.from_chief([done])[0])
+    if done:
       self._stop(step)
 
   def end(self, step: int) -> None:
@@ -202,21 +215,25 @@ class ProfilerHook(LoopHook):
       self._stop(step)
 
   def _start(self, kind: str, step: int) -> None:
+    self._active = Capture(kind=kind, start_step=step, start_time=time.time())
+    if not self._records:  # another worker records; this one keeps the same loop boundaries
+      return
     self._runs_before = set(_run_dirs(self.profile_dir))
     try:
       tf.profiler.experimental.start(self._logdir)  # default levels; TF 2.21 ignores ProfilerOptions anyway
     except (tf.errors.OpError, RuntimeError) as e:
-      # Another session (e.g. a remote capture through the profiler server) is running: skip, never fail training.
+      # Another session (e.g. a remote capture through the profiler server) is running: skip it, never fail
+      # training; the capture's 1-step loops still run, as on the other workers.
       logging.warning('Could not start a profile capture at step %d (%s); skipping it.', step, e)
-      if kind == 'window':
-        self._window = None
+      self._active.recording = False
       return
-    self._active = Capture(kind=kind, start_step=step, start_time=time.time())
     logging.info('Profiling from step %d (%s capture) into %s', step, kind, self.profile_dir)
 
   def _stop(self, step: int) -> None:
     capture, self._active = self._active, None
     capture.end_step = step
+    if not self._records or not capture.recording:
+      return
     _wait_for_unused_run_name(self.profile_dir)
     try:
       tf.profiler.experimental.stop()

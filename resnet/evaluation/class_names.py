@@ -1,5 +1,9 @@
 """Class names by model class id, from labels.txt, with a background class 0 when the model has one class more
-(the input pipeline's rule), and the check that predict names classes as the model was trained."""
+(the input pipeline's rule), and the check that predict names classes as the model was trained.
+
+The names come from the data's labels file (``labels_file``, else ``data_dir/labels.txt``); where that is gone (the
+data moved), from the run's own record of them (``model_dir/labels.txt``, written when its training started).
+"""
 import os
 from typing import Any, List, Mapping, Optional
 
@@ -7,10 +11,37 @@ from absl import logging
 
 from official_input import dataset_info
 from params.params_dict import ParamsDict as Params
+from resnet import model_dir as model_dir_lib
+
+_said = set()
+
+
+def data_labels_path(params: Params) -> Optional[str]:
+  """The data's labels file: labels_file, else data_dir/labels.txt (None for synthetic data)."""
+  if params.labels_file:
+    return params.labels_file
+  if dataset_info.is_synthetic(params.data_dir):
+    return None
+  return os.path.join(params.data_dir, dataset_info.LABELS_FILE)
 
 
 def labels_path(params: Params) -> Optional[str]:
-  return params.labels_file or (os.path.join(params.data_dir, dataset_info.LABELS_FILE) if params.data_dir else None)
+  """The data's labels file if it is there, else the run's record of its class names (said once, with why)."""
+  path = data_labels_path(params)
+  if path and dataset_info.labels_file_exists(path):
+    return path
+  recorded = model_dir_lib.recorded_class_names_path(params.model_dir)
+  if recorded:
+    if path and path not in _said:
+      _said.add(path)
+      logging.info('%s is not there (the data moved?): class names from the run\'s record, %s.', path, recorded)
+    return recorded
+  if path and params.model_dir and path not in _said:
+    _said.add(path)
+    logging.warning('Cannot name the classes: %s is not there and the run in %s recorded no class names (runs '
+                    'record them since this version). Give --labels_file=<the labels.txt of the training data>.',
+                    path, params.model_dir)
+  return path
 
 
 def read_class_names(params: Params) -> List[str]:
@@ -29,7 +60,7 @@ def check_class_names_against_training(params: Params, trained: Optional[Mapping
   file with another count than the training run's (``trained``: its recorded params) would shift or drop names (one
   short even makes class 0 look like a background class): refused, naming both files and counts."""
   trained = trained or {}
-  trained_path = trained.get('labels_file') or (
+  trained_path = model_dir_lib.recorded_class_names_path(params.model_dir) or trained.get('labels_file') or (
       os.path.join(trained['data_dir'], dataset_info.LABELS_FILE) if trained.get('data_dir') else None)
   path = labels_path(params)
   if not trained_path or not path or os.path.abspath(trained_path) == os.path.abspath(path):

@@ -18,8 +18,9 @@ class NoImagesError(ValueError):
 
 def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.ndarray, np.ndarray]:
   """Up to ``count`` images [N, S, S, 3] float32 0..255 of ``split`` (eval preprocessing) and their model class
-  ids: every k-th record of the split when summary.json says it holds more than ``count`` (converted splits are in
-  class order, so the first ``count`` could cover a few classes only)."""
+  ids, spread over the records the split's pass reads (the first ``num_eval_images`` of the validation split when it
+  is set; converted splits are in class order, so the first ``count`` could cover a few classes only): every k-th
+  record, chosen before decoding, so the others cost a read and nothing more."""
   if dataset_info.is_synthetic(params['data_dir']):
     raise NoImagesError('Quantized TFLite exports calibrate on the run\'s training records and are measured on its '
                         'validation records, and this run has none (data_dir unset: synthetic data). Set '
@@ -29,13 +30,13 @@ def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.n
       image_size=resnet_preprocessing.image_size(params, training=False))
   info = source.dataset_info()
   available = info.split_images(split) if info is not None else None
-  stride = max(1, int(available) // count) if available else 1
-  images, labels, total, index = [], [], 0, 0
+  if source.num_images:  # the pass reads only the first num_images records
+    available = min(available, source.num_images) if available else source.num_images
+  source.every_nth = max(1, int(available) // count) if available else 1
+  images, labels, total = [], [], 0
   try:
     for batch_images, batch_labels in source.input_fn({'batch_size': BATCH}):
-      positions = index + np.arange(len(batch_labels))
-      index += len(batch_labels)
-      keep = (batch_labels.numpy() >= 0) & (positions % stride == 0)  # padding has label -1
+      keep = batch_labels.numpy() >= 0  # padding has label -1
       images.append(batch_images.numpy()[keep])
       labels.append(batch_labels.numpy()[keep])
       total += int(keep.sum())

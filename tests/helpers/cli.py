@@ -4,7 +4,11 @@ Why tiny: every resnet_main process costs ~15-25 s on 2 cores (TF import, ResNet
 tests use ResNet-18 at 32 px, batch 8, float32, and share one trained run (``shared_trained_run``) per session.
 """
 import atexit
+import contextlib
+import dataclasses
 import glob
+import io
+import logging as py_logging
 import os
 import re
 import shutil
@@ -30,6 +34,58 @@ TINY = ('--resnet_depth=18', '--image_size=32', '--num_label_classes=4', '--prec
 
 def main_args(*flags: str, base: Sequence[str] = TINY) -> List[str]:
   return MAIN + list(base) + list(flags)
+
+
+@dataclasses.dataclass
+class Result:
+  """An in-process run of resnet_main: its exit code (0, or 1 with an 'error:' line), stdout and log + stderr."""
+  code: int
+  out: str
+  log: str
+
+
+def run_in_process(*flags: str, base: Sequence[str] = TINY) -> Result:
+  """resnet_main.main with these flags in this process (no TensorFlow start-up: seconds instead of ~20), as the
+  command line runs it: flags parsed, params made, the mode run; an 'error:' exit is code 1 with the message in
+  ``log``. Not for seeded runs (deterministic ops would stay on in the test process) nor for behaviours of the
+  process itself (signals, exit codes of crashes, several workers): those run in a subprocess (``main_args``)."""
+  from absl import flags as absl_flags  # pylint: disable=import-outside-toplevel
+  from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
+  from resnet import console  # pylint: disable=import-outside-toplevel
+  from resnet import resnet_main  # pylint: disable=import-outside-toplevel
+  if any(f.startswith('--random_seed=') for f in flags):
+    raise ValueError('run seeded runs in a subprocess (main_args): deterministic ops cannot be turned off')
+  out, err, records = io.StringIO(), io.StringIO(), []
+
+  class Collect(py_logging.Handler):
+    def emit(self, record):
+      records.append(f'{record.levelname[0]} {record.getMessage()}')
+
+  handler = Collect()
+  logger = py_logging.getLogger('absl')
+  logger.addHandler(handler)
+  verbosity = absl_logging.get_verbosity()
+  code = 0
+  original_exit = console.exit_on_op_error
+  def op_error_exit(e):  # the program leaves at once (os._exit); here, a SystemExit with its line
+    raise SystemExit(f'error: {console.op_error_summary(e)}')
+  console.exit_on_op_error = op_error_exit
+  try:
+    absl_flags.FLAGS.unparse_flags()
+    absl_flags.FLAGS(['resnet_main', *base, *flags])
+    absl_logging.set_verbosity(absl_logging.INFO)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      resnet_main.main(None)
+  except SystemExit as e:
+    code = 0 if e.code in (None, 0) else 1
+    if isinstance(e.code, str):
+      err.write(e.code + '\n')
+  finally:
+    console.exit_on_op_error = original_exit
+    logger.removeHandler(handler)
+    absl_logging.set_verbosity(verbosity)
+    absl_flags.FLAGS.unparse_flags()
+  return Result(code, out.getvalue(), '\n'.join(records) + '\n' + err.getvalue())
 
 
 def write_records(path: str, examples: Sequence[tf.train.Example]) -> str:

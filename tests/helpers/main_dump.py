@@ -15,10 +15,15 @@ Environment (all optional):
                   shared storage), where the chief sees the newest.
   BEST_COPY_VANISHES_AT  a step: when best/'s writer is about to keep that step's checkpoint, its files vanish
                   first, as keep_checkpoint_max may delete them under a slow copy.
+  FAIL_WRITE      a path suffix: this process's atomic writes of a file whose path ends so fail as on a full disk.
+  RESTORE_VANISHES_ON_NON_CHIEF  a non-chief worker's first restore of a model_dir checkpoint finds its files gone
+                  (keep_checkpoint_max deleted them between the workers' existence check and the restore).
 
 Why a wrapper: the multi-worker test needs the weights of the NON-chief worker, whose checkpoints go to a private
 temporary directory; everything else runs exactly the code path of the CLI.
 """
+import contextlib
+import errno
 import os
 import sys
 
@@ -70,6 +75,29 @@ def _patch() -> None:
           tf.io.gfile.remove(path)
       return keep(self, source, record)
     best_checkpoint.BestCheckpoint._keep = vanishing_keep
+
+  if os.environ.get('FAIL_WRITE'):
+    from resnet.estimator import files  # pylint: disable=import-outside-toplevel
+    suffix, atomic_output = os.environ['FAIL_WRITE'], files.atomic_output
+
+    @contextlib.contextmanager
+    def failing_atomic_output(path, mode='w'):
+      if path.endswith(suffix):
+        raise files.WriteError(path, OSError(errno.ENOSPC, 'No space left on device (injected)'))
+      with atomic_output(path, mode) as f:
+        yield f
+    files.atomic_output = failing_atomic_output
+
+  if os.environ.get('RESTORE_VANISHES_ON_NON_CHIEF'):
+    from resnet.estimator import checkpoints  # pylint: disable=import-outside-toplevel
+    restore, vanished = checkpoints.Checkpoints.restore, []
+
+    def vanishing_restore(self, path):
+      if path and not self._is_chief and not vanished and 'model.ckpt' in path:  # pylint: disable=protected-access
+        vanished.append(path)
+        raise tf.errors.NotFoundError(None, None, f'{path}.index: no such file (injected)')
+      return restore(self, path)
+    checkpoints.Checkpoints.restore = vanishing_restore
 
   if os.environ.get('STALE_LISTING'):
     latest, looked = Estimator.latest_checkpoint, []

@@ -1,0 +1,99 @@
+"""The export a run asks for (``export_dir``): which checkpoint (the best one or the latest), the SavedModel with
+its serving signatures and TF Serving warm-up requests, then the LiteRT files measured on the run's own images.
+
+The chief exports; with several workers its failure stops every worker with it (``Estimator.on_chief``). The
+quantized files need the run's images, which are read before anything is written, so a missing split fails the
+export with nothing half-written.
+"""
+from typing import Any, Callable, Mapping, Optional
+
+from absl import logging
+import tensorflow as tf
+
+from official_input import resnet_preprocessing
+from resnet.estimator import best_checkpoint as best_checkpoint_lib
+from resnet.estimator.estimator import Estimator
+from resnet.training import resnet_model_fn
+
+
+def export(estimator: Estimator, params: Mapping[str, Any],
+           best: Optional[best_checkpoint_lib.BestCheckpoint] = None) -> Optional[str]:
+  """The SavedModel (and LiteRT files) in params' export_dir; None without one."""
+  if not params['export_dir']:
+    return None
+  checkpoint = best_checkpoint_path(params, best) if params['export_best'] else None  # the same files on every worker
+  estimator.load_for_export(checkpoint)
+  return estimator.on_chief(lambda: _export(estimator, params, checkpoint), f'export to {params["export_dir"]}')
+
+
+def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optional[str]) -> str:
+  weights = resnet_model_fn.averaged_weights(estimator.scope) if params['export_moving_average'] else None
+  quantized = quantized_exports(params)  # the run's images read first: a missing split writes nothing
+  path = estimator.export_saved_model(params['export_dir'], resnet_model_fn.serving_inputs(params),
+                                      checkpoint_path=checkpoint, assets_extra_fn=warmup_requests(params),
+                                      weights=weights)
+  print(f'Exported SavedModel: {path} ({params["precision"]})')
+  if params['export_tflite'] or params['tflite_quantizations']:
+    export_tflite(estimator, params, path, weights, quantized)
+  return path
+
+
+def best_checkpoint_path(params: Mapping[str, Any],
+                         best: Optional[best_checkpoint_lib.BestCheckpoint]) -> Optional[str]:
+  """export_best: model_dir/best/'s checkpoint; None (the latest) when best/ is damaged or its files are gone."""
+  if best is None:  # reading only: another job may be updating best/
+    best = best_checkpoint_lib.BestCheckpoint(params['model_dir'], params['best_metric'], params['best_metric_goal'],
+                                              role='reader')
+  checkpoint = best.checkpoint_path
+  if checkpoint is None and not best.damaged:
+    raise ValueError(f'export_best=true but {params["model_dir"]}/best/ holds no checkpoint: it is kept by '
+                     'train_and_eval (and continuous eval); use mode=train_and_eval, or export_best=false.')
+  if checkpoint is not None and tf.io.gfile.exists(checkpoint + '.index'):
+    logging.info('Exporting the best checkpoint %s (%s=%.4f).', checkpoint, best.metric, best.value)
+    return checkpoint
+  gone = f'its checkpoint {checkpoint} is gone (removed during the run?)' if checkpoint else 'it is damaged'
+  logging.warning('export_best: %s/best/: %s; exporting the latest checkpoint of %s instead.',
+                  params['model_dir'], gone, params['model_dir'])
+  return None
+
+
+def warmup_requests(params: Mapping[str, Any]) -> Optional[Callable[[str], None]]:
+  """TF Serving's warm-up records for the export's assets.extra (add_warmup_requests), or None."""
+  if not params['add_warmup_requests']:
+    return None
+  from resnet.export import serving_warmup  # pylint: disable=g-import-not-at-top
+
+  def write(export_dir: str) -> None:
+    serving_warmup.write_warmup_requests(export_dir, params['model_name'], 'serving_default', 'input',
+                                         params['inference_batch_sizes'],
+                                         resnet_preprocessing.image_size(params, training=False))
+  return write
+
+
+def quantized_exports(params: Mapping[str, Any]):
+  """What the quantized files need from the run's records (None without tflite_quantizations)."""
+  if not params['tflite_quantizations']:
+    return None
+  from resnet.export import host_images  # pylint: disable=g-import-not-at-top
+  from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
+  images, labels = host_images.host_images(params, 'validation', params['tflite_eval_images'])
+  calibration = (host_images.host_images(params, 'train', params['tflite_calibration_images'])[0]
+                 if 'int8' in params['tflite_quantizations'] else None)
+  return tflite_export.QuantizedExports(params['tflite_quantizations'], calibration, images, labels,
+                                        params['tflite_min_agreement'], params['tflite_int8_io'],
+                                        params['tflite_float_fallback'])
+
+
+def export_tflite(estimator: Estimator, params: Mapping[str, Any], saved_model_dir: str, weights, quantized) -> None:
+  """model.tflite, then the quantized files, each measured on the run's own validation images."""
+  from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
+  from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
+  report = tflite_export.export_tflite(
+      saved_model_dir, estimator.scope.get(resnet_model_fn.MODEL),
+      lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}),
+      resnet_preprocessing.image_size(params, training=False), params['precision'], weights, quantized)
+  print(f'Exported TFLite: {report.path} ({report.bytes / 1e6:.1f} MB, {report.ops} ops; max |probability '
+        f'difference| {report.max_difference:.2g} vs its float32 weights, {report.saved_model_difference:.2g} vs '
+        f'the SavedModel)')
+  if report.measured:
+    print(tflite_report.table(report.measured, len(quantized.images)), end='')

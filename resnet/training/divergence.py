@@ -1,0 +1,72 @@
+"""The divergence guard of a ResNet run, beside the loss it reads: what a uniform guess scores under this run's
+weighting, and the fixes worth naming.
+
+The training cross-entropy (``resnet_model_fn.CROSS_ENTROPY``) of a model that answers 1/K for every class is
+``ln K * sum(targets)`` per example. Targets sum to 1 (label smoothing keeps the sum), to the example's class weight
+w_y with ``class_weights``, and mixup/CutMix mix two examples' weights, whose expectation is again E[w_y]. So a
+uniform guess scores ``ln K`` with ``class_weight_normalization=weight_sum`` (the sum of weights divides), and
+``ln K * E[w_y]`` with ``batch_size``, E over the classes' training frequencies (summary.json's counts; uniform
+where the data has none, as synthetic labels are). ``balanced`` weights make E[w_y] = 1.
+"""
+import math
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+from absl import logging
+
+from official_input import dataset_info
+from resnet.estimator import hooks as hooks_lib
+from resnet.training import lr_schedules
+from resnet.training import resnet_model_fn
+
+
+def class_frequencies(params: Mapping[str, Any]) -> Optional[Sequence[float]]:
+  """Each model class's share of the training images (summary.json), or None where the data does not say."""
+  if dataset_info.is_synthetic(params['data_dir']):
+    return None
+  try:
+    info = dataset_info.read_dataset_info(params['data_dir'], params['labels_file'])
+  except (ValueError, OSError):
+    return None
+  counts = list(info.train_class_counts) if info is not None else []
+  if not counts:
+    return None
+  if dataset_info.has_background_class(params['num_label_classes'], len(counts)):
+    counts = [0] + counts
+  total = sum(counts)
+  if len(counts) != params['num_label_classes'] or not total:
+    return None
+  return [c / total for c in counts]
+
+
+def uniform_guess_loss(params: Mapping[str, Any],
+                       frequencies: Optional[Sequence[float]] = None) -> Tuple[float, str]:
+  """(the cross-entropy of a uniform guess under this run's weighting, how it was reckoned)."""
+  classes = max(int(params['num_label_classes']), 2)
+  chance = math.log(classes)
+  weights = params['class_weights']
+  if not weights or isinstance(weights, str) or params['class_weight_normalization'] == 'weight_sum':
+    return chance, f'ln {classes}'
+  if frequencies is None or len(frequencies) != len(weights):
+    mean, over = sum(weights) / len(weights), 'the classes (no training counts to weigh them by)'
+  else:
+    mean, over = sum(f * w for f, w in zip(frequencies, weights)), 'the training images of each class'
+  return chance * mean, f'ln {classes} x the mean class weight {mean:.4g} over {over}'
+
+
+def guard(params: Mapping[str, Any]) -> hooks_lib.DivergenceGuard:
+  """The DivergenceGuard for ``params``: its chance level (logged), the warm-up it waits out, and the advice."""
+  chance, how = uniform_guess_loss(params, class_frequencies(params))
+  logging.info('Divergence guard: a uniform guess scores cross_entropy %.4g (%s).', chance, how)
+  fixes = [f'a lower base_learning_rate (now {params["base_learning_rate"]:g})']
+  if params['class_weights']:
+    fixes.append('milder class_weights' + (' or class_weight_normalization=weight_sum'
+                                            if params['class_weight_normalization'] == 'batch_size' else ''))
+  if params['precision'] != 'float32':
+    fixes.append(f'precision=float32 (now {params["precision"]})')
+  stop = params['on_divergence'] == 'stop'
+  advice = f'Try {", ".join(fixes)}.'
+  if stop:
+    advice = f'The run stops here: no checkpoint of this loop, nothing exported. {advice} on_divergence=warn goes on.'
+  return hooks_lib.DivergenceGuard(chance, lr_schedules.warmup_steps(params), stop=stop,
+                                   key=resnet_model_fn.CROSS_ENTROPY, spread_key=resnet_model_fn.OUTPUT_SPREAD,
+                                   advice=advice)
