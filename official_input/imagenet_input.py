@@ -49,7 +49,7 @@ SYNTHETIC_MODES = synthetic.MODES
 # Training: fail instead of spinning forever when this many records in a row are bad (wrong data or config).
 MAX_CONSECUTIVE_BAD = 1000
 # ImageNetInput's constructor arguments read from run params by from_params (argument <- params key); the
-# constructor's defaults are the params' defaults (tests/test_imagenet_input.py holds them equal).
+# constructor's defaults are the params' defaults (tests/official_input/test_imagenet_input.py holds them equal).
 PARAM_ARGS = {'data_dir': 'data_dir', 'image_size': 'image_size', 'num_label_classes': 'num_label_classes',
               'pipeline': 'input_pipeline', 'use_cache': 'use_cache', 'shuffle_buffer_size': 'shuffle_buffer_size',
               'num_parallel_calls': 'num_parallel_calls', 'synthetic_data': 'synthetic_data', 'seed': 'random_seed',

@@ -6,7 +6,7 @@ and the ``Variant`` details in which other frameworks' pretrained ResNets differ
 the rules between them.
 """
 import dataclasses
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple
 
 
 class BlockSpec(NamedTuple):

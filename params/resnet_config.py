@@ -238,9 +238,10 @@ PARAMS: Tuple[Param, ...] = (
     P('eval_checkpoint', None, 'Eval mode: evaluate this one checkpoint (prefix or directory) once and exit.',
       str, modes=('eval',)),
     P('stop_on_nan', True, 'Stop training when the loss becomes NaN or Inf.', modes=TRAINING),
-    P('on_divergence', 'stop', 'When the training cross-entropy explodes after the warm-up (3x that of a uniform '
-      'guess, or back above it after reaching half of it, for 2 loops in a row): stop (an error, no export; '
-      'checkpoints kept), warn, or off.', choices=('stop', 'warn', 'off'), modes=TRAINING),
+    P('on_divergence', 'stop', 'When the training cross-entropy, smoothed over 50+ steps after the warm-up, '
+      'explodes (3x that of a uniform guess under the class weights, or back above it after reaching half of it) '
+      'or the model collapses to a constant output, at 2 checks in a row: stop (an error, no export; checkpoints '
+      'kept), warn, or off.', choices=('stop', 'warn', 'off'), modes=TRAINING),
     # --- warm start, export, predict ---
     P('resnet_checkpoint', None, 'Warm start from this checkpoint (prefix or directory), e.g. ImageNet weights '
       'for fine-tuning; applies to a new model_dir only.', str),

@@ -9,7 +9,7 @@ import logging as py_logging
 import os
 import re
 import sys
-from typing import Iterator, Optional
+from typing import Iterator, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -22,7 +22,7 @@ from resnet.estimator.estimator import TrainingInterrupted
 
 # Exceptions whose message is the whole story for the user: printed as 'error: <message>', exit 1.
 USER_ERRORS = (hooks_lib.DivergenceError, FileNotFoundError, files.WriteError, model_dir_lib.ModelDirMismatch,
-               run_lock.ModelDirLocked, RuntimeError, ValueError, KeyError)
+               run_lock.ModelDirLocked, RuntimeError, ValueError)
 
 
 class Outcome:
@@ -31,10 +31,11 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def reported_errors() -> Iterator[Outcome]:
-  """Runs the block; a user error exits 1 with one 'error:' line, an interrupted run (SIGTERM/SIGINT, checkpoint
-  saved) returns cleanly with ``completed`` False, and TensorFlow's runtime errors (data or config mismatches met in
-  the input pipeline or the step) exit at once with their telling line."""
+def reported_errors(also: Tuple[type, ...] = ()) -> Iterator[Outcome]:
+  """Runs the block; a user error (USER_ERRORS, and ``also``: KeyError for an unknown params key) exits 1 with one
+  'error:' line, an interrupted run (SIGTERM/SIGINT, checkpoint saved) returns cleanly with ``completed`` False,
+  and TensorFlow's runtime errors (data or config mismatches met in the input pipeline or the step) exit at once
+  with their telling line."""
   outcome = Outcome()
   try:
     yield outcome
@@ -42,7 +43,7 @@ def reported_errors() -> Iterator[Outcome]:
   except TrainingInterrupted as e:
     logging.warning('%s', e)
     print(e)
-  except USER_ERRORS as e:
+  except USER_ERRORS + also as e:
     message = e.args[0] if isinstance(e, KeyError) and e.args else e
     logging.error('%s', message)
     sys.exit(f'error: {message}')
@@ -52,7 +53,7 @@ def reported_errors() -> Iterator[Outcome]:
 
 def op_error_summary(error: tf.errors.OpError) -> str:
   """The line of a TensorFlow runtime error that says what went wrong (not 'Graph execution error:')."""
-  asserted = re.search(r'assertion failed: \[(.*?)\]\s*$', error.message, re.MULTILINE)
+  asserted = re.search(r'assertion failed: \[(.*)\]', error.message)  # to the line's last ']'
   if asserted:  # the input pipeline's own checks (accounting.py) say what is wrong and what to do
     return asserted.group(1).replace("\\'", "'")
   lines = [line.strip() for line in error.message.splitlines() if line.strip()]
@@ -97,8 +98,3 @@ def print_profile_verdict(model_dir: str, profiled: bool) -> None:
     print(profile_analysis.format_report(profile_analysis.analyze_profile(model_dir)))
   except profile_analysis.ProfileAnalysisError as e:
     logging.warning('Could not analyse the captured profile: %s', e)
-
-
-def error_message(e: BaseException) -> Optional[str]:
-  """The 'error:' line a user error prints, for callers that report it another way."""
-  return str(e.args[0] if isinstance(e, KeyError) and e.args else e) if isinstance(e, USER_ERRORS) else None

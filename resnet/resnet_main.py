@@ -164,7 +164,7 @@ def main(argv: Any) -> None:
   del argv
   console.quiet_library_info_logs()
   mode = FLAGS.mode
-  with console.reported_errors():
+  with console.reported_errors(also=(KeyError,)):  # an unknown params key: named with the close ones
     params = resnet_flags.params_from_flags(FLAGS)
     if FLAGS.dump_params:
       print(params_yaml.params_to_yaml_string(params), end='')

@@ -8,7 +8,7 @@ params.yaml). And the advice that needs the data: small data trained with the Im
 """
 import contextlib
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 from absl import logging
 import tensorflow as tf
@@ -21,7 +21,6 @@ from params import merging
 from params import model_config
 from params import resnet_config
 from resnet import finished_run
-from resnet import model_dir as model_dir_lib
 from resnet import params_files
 from resnet.estimator import checkpoints
 from resnet.estimator import files

@@ -37,3 +37,15 @@ def _kernel_mode_is_kept():
   if determinism.op_determinism_enabled() != DETERMINISTIC_OPS:
     pytest.fail('This test turned on deterministic ops in the shared test process; run that code in a subprocess '
                 '(the rest of the suite must keep the default kernels users run).')
+
+
+@pytest.fixture(scope='session')
+def records(tmp_path_factory):
+  """A small converted dataset, as a user makes one (drawn shapes, 4 classes x 12 images, the converter), shared by
+  the tests of the whole session that only read it: <dir>/records, and the images beside it in <dir>/images."""
+  from tools import imagenet_to_gcs, make_demo_dataset  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.mktemp('data')
+  make_demo_dataset.make_demo_dataset(str(root / 'images'), num_classes=4, images_per_class=12,
+                                      image_size=(40, 56), seed=0)
+  imagenet_to_gcs.convert_dataset(str(root / 'images'), str(root / 'records'), num_workers=1, seed=0)
+  return str(root / 'records')

@@ -9,8 +9,9 @@ from absl import flags
 import pytest
 
 from resnet import resnet_flags
+from tests.helpers import procs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = procs.ROOT
 PAGES = [os.path.join(ROOT, 'README.md')] + sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 # A trainer command, after any VAR=value prefixes (TF_CONFIG=... resnet-main ...).
 TRAINER = re.compile(r'^(?:[A-Z_][A-Z0-9_]*=\S+\s+)*(python3? resnet/resnet_main\.py|python3? -m resnet\.resnet_main'

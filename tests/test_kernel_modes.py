@@ -8,22 +8,23 @@ import subprocess
 import sys
 
 from resnet import determinism
+from tests.helpers import procs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = procs.ROOT
 # Each numeric claim's tests; the default-mode suite runs the same ids.
 NUMERIC_CLAIMS = (
-    'tests/test_loss_gradients.py',                                  # step gradients, every target kind
-    'tests/test_cpu_kernels.py::test_matmul_filter_grad_equals_the_convolution_gradient',  # bf16's CPU kernels
-    'tests/test_cpu_kernels.py::test_bfloat16_matmul_gradient_is_as_accurate_as_the_convolution',
-    'tests/test_cpu_kernels.py::test_residual_add_relu_compiles_in_training_only_and_equals_the_ops',
-    'tests/test_recipe.py::test_accumulated_micro_batches_make_the_same_update_as_one_batch',
-    'tests/test_recipe.py::test_mixup_and_cutmix_change_the_update_and_stay_seeded',
-    'tests/test_eval_report.py::test_class_weighted_loss_equals_the_hand_computed_one',
-    'tests/test_eval_report.py::test_class_weights_with_mixup_weigh_each_source_of_a_mixed_example',
-    'tests/test_scale_float16.py',                                   # float16 overflow skips on every replica
-    'tests/test_fine_tuning.py::test_head_only_steps_leave_the_backbone_untouched',
-    'tests/test_fine_tuning.py::test_layer_decay_scales_each_stage_update',
-    'tests/test_foreign_weights.py::test_torchvision_parity[18]',
+    'tests/resnet/training/test_loss_gradients.py',                                  # step gradients, every target kind
+    'tests/resnet/model/test_cpu_kernels.py::test_matmul_filter_grad_equals_the_convolution_gradient',  # bf16's CPU kernels
+    'tests/resnet/model/test_cpu_kernels.py::test_bfloat16_matmul_gradient_is_as_accurate_as_the_convolution',
+    'tests/resnet/model/test_cpu_kernels.py::test_residual_add_relu_compiles_in_training_only_and_equals_the_ops',
+    'tests/resnet/training/test_recipe.py::test_accumulated_micro_batches_make_the_same_update_as_one_batch',
+    'tests/resnet/training/test_recipe.py::test_mixup_and_cutmix_change_the_update_and_stay_seeded',
+    'tests/resnet/training/test_resnet_model_fn.py::test_class_weighted_loss_equals_the_hand_computed_one',
+    'tests/resnet/training/test_resnet_model_fn.py::test_class_weights_with_mixup_weigh_each_source_of_a_mixed_example',
+    'tests/resnet/training/test_scale_float16.py',                                   # float16 overflow skips on every replica
+    'tests/resnet/training/test_fine_tuning.py::test_head_only_steps_leave_the_backbone_untouched',
+    'tests/resnet/training/test_fine_tuning.py::test_layer_decay_scales_each_stage_update',
+    'tests/resnet/weights/test_foreign_weights.py::test_torchvision_parity[18]',
 )  # Keras-file and ResNet-50 parity run in the default mode only: the same kernels as ResNet-18's, minutes more.
 
 

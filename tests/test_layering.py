@@ -12,8 +12,9 @@ import ast
 import glob
 import os
 import re
+from tests.helpers import procs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = procs.ROOT
 PACKAGES = ('resnet', 'official_input', 'params', 'tools')
 RULES = {  # package (a module path prefix) -> import prefixes it must not use
     'resnet.estimator': ('resnet.', 'resnet', 'official_input', 'params', 'tools'),
@@ -162,3 +163,16 @@ def test_params_reads_and_writes_no_files():
   for access in ('with open(path) as f:', 'os.path.isfile(x)', 'from os import listdir', 'import pathlib',
                  'glob.glob(p)'):
     assert FILE_ACCESS.search(access), access
+
+
+def test_no_module_defines_absl_flags_at_import():
+  """A tool's flags on the global FLAGS at import take the place of resnet_main's flags of the same name in any
+  process that imports both (compare_keras_fit's string --config_file=demo became resnet_main's): tools define
+  theirs when they run (define_flags), resnet_flags defines resnet_main's."""
+  offending = []
+  for name, path in _modules().items():
+    for node in _tree(path).body:
+      call = node.value if isinstance(node, ast.Expr) else None
+      if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.startswith('DEFINE'):
+        offending.append(f'{name}:{node.lineno} {ast.unparse(call.func)}')
+  assert offending == []

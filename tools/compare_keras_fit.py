@@ -44,28 +44,33 @@ KERAS_SCHEDULES = ('cosine', 'constant')
 _KERAS_RESULT = 'keras_results.json'
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('data_dir', None, 'Converted TFRecords (train-*, validation-*, summary.json); unset = draw and '
-                    'convert the demo dataset into --work_dir.')
-flags.DEFINE_string('work_dir', None, 'Where the drawn data, the two runs and their logs go; unset = a temporary '
-                    'directory, removed at the end unless --keep_work_dir.')
-flags.DEFINE_boolean('keep_work_dir', False, 'Keep the temporary --work_dir (logs, checkpoints).')
-flags.DEFINE_string('config_file', 'demo', "Our run's config (params/configs/ name or a path); the Keras run takes "
-                    'resnet_depth and the defaults below from it.')
-flags.DEFINE_integer('train_steps', None, "Training steps of our run (Keras: the same images, as epochs); unset = "
-                     "the config's.", lower_bound=1)
-flags.DEFINE_integer('batch_size', None, "Training batch size of both runs; unset = the config's.", lower_bound=1)
-flags.DEFINE_integer('image_size', None, "Image size of both runs; unset = the config's.", lower_bound=32)
-flags.DEFINE_integer('seed', 1, 'Seed of both training runs (the drawn demo data always uses seed 0, as the demo).')
-flags.DEFINE_integer('num_classes', 4, 'Drawn demo dataset: classes.', lower_bound=2)
-flags.DEFINE_integer('images_per_class', 320, 'Drawn demo dataset: images per class (split 80/10/10).',
-                     lower_bound=10)
-flags.DEFINE_float('keras_learning_rate', 0.1, 'Keras run: SGD learning rate (the start of the cosine).',
-                   lower_bound=0.0)
-flags.DEFINE_enum('keras_schedule', 'cosine', KERAS_SCHEDULES, 'Keras run: CosineDecay to 0 over the run, or a '
-                  'constant learning rate.')
-flags.DEFINE_multi_string('param_overrides', [], 'Extra overrides for our run, e.g. label_smoothing=0.1.')
-flags.DEFINE_string('keras_result', None, 'Internal: run only the Keras baseline in this process and write its '
-                    'results as JSON here.')
+
+
+def define_flags() -> None:
+  """This tool's flags, defined when it runs (not at import: a test process imports it beside resnet_main, whose
+  flags of the same names would be taken)."""
+  flags.DEFINE_string('data_dir', None, 'Converted TFRecords (train-*, validation-*, summary.json); unset = draw and '
+                      'convert the demo dataset into --work_dir.')
+  flags.DEFINE_string('work_dir', None, 'Where the drawn data, the two runs and their logs go; unset = a temporary '
+                      'directory, removed at the end unless --keep_work_dir.')
+  flags.DEFINE_boolean('keep_work_dir', False, 'Keep the temporary --work_dir (logs, checkpoints).')
+  flags.DEFINE_string('config_file', 'demo', "Our run's config (params/configs/ name or a path); the Keras run takes "
+                      'resnet_depth and the defaults below from it.')
+  flags.DEFINE_integer('train_steps', None, "Training steps of our run (Keras: the same images, as epochs); unset = "
+                       "the config's.", lower_bound=1)
+  flags.DEFINE_integer('batch_size', None, "Training batch size of both runs; unset = the config's.", lower_bound=1)
+  flags.DEFINE_integer('image_size', None, "Image size of both runs; unset = the config's.", lower_bound=32)
+  flags.DEFINE_integer('seed', 1, 'Seed of both training runs (the drawn demo data always uses seed 0, as the demo).')
+  flags.DEFINE_integer('num_classes', 4, 'Drawn demo dataset: classes.', lower_bound=2)
+  flags.DEFINE_integer('images_per_class', 320, 'Drawn demo dataset: images per class (split 80/10/10).',
+                       lower_bound=10)
+  flags.DEFINE_float('keras_learning_rate', 0.1, 'Keras run: SGD learning rate (the start of the cosine).',
+                     lower_bound=0.0)
+  flags.DEFINE_enum('keras_schedule', 'cosine', KERAS_SCHEDULES, 'Keras run: CosineDecay to 0 over the run, or a '
+                    'constant learning rate.')
+  flags.DEFINE_multi_string('param_overrides', [], 'Extra overrides for our run, e.g. label_smoothing=0.1.')
+  flags.DEFINE_string('keras_result', None, 'Internal: run only the Keras baseline in this process and write its '
+                      'results as JSON here.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,6 +315,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run_main() -> None:
+  define_flags()
   app.run(main)
 
 

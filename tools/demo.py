@@ -25,12 +25,16 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('output_dir', 'demo_out', 'Where the images, records, run and export go.')
-flags.DEFINE_integer('images_per_class', 320, 'Images drawn per class.')
-flags.DEFINE_integer('num_classes', 4, 'Classes drawn (circles, squares, triangles, stripes, ...).')
-flags.DEFINE_multi_string('param_overrides', [], 'Extra overrides for the training run, e.g. train_steps=50.')
-flags.DEFINE_integer('random_seed', None, 'Seed of the training run (default: the demo config\'s).')
-flags.DEFINE_boolean('fresh', True, 'Start from an empty run directory (False resumes an earlier demo run).')
+
+
+def define_flags() -> None:
+  """The demo's flags, defined when it runs (not at import: random_seed would clash with resnet_main's)."""
+  flags.DEFINE_string('output_dir', 'demo_out', 'Where the images, records, run and export go.')
+  flags.DEFINE_integer('images_per_class', 320, 'Images drawn per class.')
+  flags.DEFINE_integer('num_classes', 4, 'Classes drawn (circles, squares, triangles, stripes, ...).')
+  flags.DEFINE_multi_string('param_overrides', [], 'Extra overrides for the training run, e.g. train_steps=50.')
+  flags.DEFINE_integer('random_seed', None, 'Seed of the training run (default: the demo config\'s).')
+  flags.DEFINE_boolean('fresh', True, 'Start from an empty run directory (False resumes an earlier demo run).')
 
 
 MARKER = '.resnet_demo'
@@ -134,6 +138,7 @@ def main(argv) -> None:
 
 
 def run_main() -> None:
+  define_flags()
   app.run(main)
 
 

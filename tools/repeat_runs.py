@@ -26,10 +26,15 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('name', 'run', 'Name of this setting: model_dirs are OUTPUT_DIR/NAME-1, NAME-2, ...')
-flags.DEFINE_string('output_dir', 'repeat_runs', 'Where the runs and NAME.json (every run\'s numbers) go.')
-flags.DEFINE_integer('runs', 3, 'Unseeded runs.')
-flags.DEFINE_list('seeds', [], 'Seeded runs instead, one per seed (random_seed=N).')
+
+
+def define_flags() -> None:
+  """This tool's flags, defined when it runs (not at import: a test process imports it beside resnet_main, whose
+  flags of the same names would be taken)."""
+  flags.DEFINE_string('name', 'run', 'Name of this setting: model_dirs are OUTPUT_DIR/NAME-1, NAME-2, ...')
+  flags.DEFINE_string('output_dir', 'repeat_runs', 'Where the runs and NAME.json (every run\'s numbers) go.')
+  flags.DEFINE_integer('runs', 3, 'Unseeded runs.')
+  flags.DEFINE_list('seeds', [], 'Seeded runs instead, one per seed (random_seed=N).')
 
 
 def run_once(args: Sequence[str], model_dir: str, seed: Optional[str]) -> Dict[str, object]:
@@ -90,6 +95,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run_main() -> None:
+  define_flags()
   app.run(main)
 
 

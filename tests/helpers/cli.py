@@ -12,6 +12,7 @@ import logging as py_logging
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -33,7 +34,21 @@ TINY = ('--resnet_depth=18', '--image_size=32', '--num_label_classes=4', '--prec
 
 
 def main_args(*flags: str, base: Sequence[str] = TINY) -> List[str]:
+  """The command line of a resnet_main process (for procs.Proc: signals, several workers, a process to kill)."""
   return MAIN + list(base) + list(flags)
+
+
+def run_cli(*args: str, cwd: str = procs.ROOT, module: bool = True, timeout: float = 300,
+            user_env: bool = False) -> 'subprocess.CompletedProcess':
+  """resnet_main in a subprocess, run to its end, as a user types it (``module``: ``python -m resnet.resnet_main``,
+  else ``python resnet/resnet_main.py``). For what the process itself shows: exit codes, the console, --help,
+  seeded runs. ``user_env``: the environment a user has (no TF_CPP_MIN_LOG_LEVEL: resnet_main's own default)."""
+  entry = ['-m', 'resnet.resnet_main'] if module else ['resnet/resnet_main.py']
+  env = {k: v for k, v in procs.base_env().items() if k != 'TF_CONFIG'}
+  if user_env:
+    env.pop('TF_CPP_MIN_LOG_LEVEL', None)
+  return subprocess.run([procs.PYTHON, *entry, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                        env=env)
 
 
 @dataclasses.dataclass
@@ -64,12 +79,14 @@ def run_in_process(*flags: str, base: Sequence[str] = TINY) -> Result:
   handler = Collect()
   logger = py_logging.getLogger('absl')
   logger.addHandler(handler)
-  verbosity = absl_logging.get_verbosity()
+  verbosity, level = absl_logging.get_verbosity(), logger.level  # restored exactly: later tests' caplog needs it
   code = 0
   original_exit = console.exit_on_op_error
   def op_error_exit(e):  # the program leaves at once (os._exit); here, a SystemExit with its line
     raise SystemExit(f'error: {console.op_error_summary(e)}')
   console.exit_on_op_error = op_error_exit
+  if not any(f.startswith('--strategy=') for f in (*base, *flags)):
+    flags += ('--strategy=one_device',)  # as in a process of its own: the 2 logical CPUs here are the tests' doing
   try:
     absl_flags.FLAGS.unparse_flags()
     absl_flags.FLAGS(['resnet_main', *base, *flags])
@@ -85,6 +102,7 @@ def run_in_process(*flags: str, base: Sequence[str] = TINY) -> Result:
     logger.removeHandler(handler)
     absl_logging.set_verbosity(verbosity)
     absl_flags.FLAGS.unparse_flags()
+    logger.setLevel(level)
   return Result(code, out.getvalue(), '\n'.join(records) + '\n' + err.getvalue())
 
 

@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from official_input import contract
 from resnet import resnet_main
+from resnet import wiring
 from resnet.estimator import best_checkpoint
 from resnet.estimator import distribution
 from resnet.estimator.estimator import Estimator
@@ -125,7 +126,7 @@ def _patch() -> None:
         if os.environ.get('OVERFLOW_STEP'):
           self.input_fn = _overflowing(self.input_fn, int(os.environ['OVERFLOW_STEP']))
 
-    resnet_main.input_source = lambda params, split: DesignedSource(params)
+    wiring.input_source = lambda params, split: DesignedSource(params)
 
 
 def _overflowing(input_fn, step: int):

@@ -1,0 +1,62 @@
+"""Checkpoints in model_dir (estimator/checkpoints.py): resume from the newest complete one, saying so, never over
+existing ones from step 0; a failed save keeps the last complete one."""
+
+import pytest
+import tensorflow as tf
+
+from resnet.estimator import checkpoints
+from resnet.estimator import files
+from resnet.estimator.checkpoints import checkpoint_step
+from tests.helpers.toy import eval_input, make_runner, train_input
+
+
+def test_a_failed_checkpoint_keeps_the_last_complete_one(tmp_path, monkeypatch):
+  runner = make_runner(tmp_path, save_checkpoints_steps=10, iterations_per_loop=10)
+  runner.train(train_input, max_steps=10)
+  latest = tf.train.latest_checkpoint(str(tmp_path))
+
+  def full_disk(*args, **kwargs):
+    raise tf.errors.ResourceExhaustedError(None, None, 'No space left on device')
+
+  monkeypatch.setattr(tf.train.CheckpointManager, 'save', full_disk)
+  with pytest.raises(files.WriteError, match=r'Could not write .*model\.ckpt'):
+    runner.train(train_input, max_steps=20)
+  assert tf.train.latest_checkpoint(str(tmp_path)) == latest
+
+
+def _train_to(model_dir, steps, **config):
+  runner = make_runner(model_dir, iterations_per_loop=2, save_checkpoints_steps=2, keep_checkpoint_max=5, **config)
+  runner.train(train_input, max_steps=steps)
+  return runner
+
+
+def test_a_deleted_newest_checkpoint_resumes_from_the_newest_complete_one_and_says_so(tmp_path, caplog):
+  """The 'checkpoint' file still names model.ckpt-6, whose files were deleted by hand: TensorFlow's lookup then
+  finds nothing and the run started again from step 0, writing its new checkpoints over the kept ones."""
+  _train_to(tmp_path, 6)
+  kept = {name: (tmp_path / name).read_bytes() for name in ('model.ckpt-2.index', 'model.ckpt-4.index')}
+  for path in tmp_path.glob('model.ckpt-6.*'):
+    path.unlink()
+  resumed = make_runner(tmp_path, iterations_per_loop=2, save_checkpoints_steps=2, keep_checkpoint_max=5)
+  assert resumed.latest_checkpoint() == str(tmp_path / 'model.ckpt-4')
+  resumed.train(train_input, max_steps=8)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert any('model.ckpt-6 (no model.ckpt-6.index) is missing or incomplete' in w and 'using model.ckpt-4' in w
+             for w in warnings), warnings
+  assert {name: (tmp_path / name).read_bytes() for name in kept} == kept   # the earlier training is kept
+  state = tf.train.get_checkpoint_state(str(tmp_path))
+  assert state.model_checkpoint_path.endswith('model.ckpt-8')
+  assert [checkpoint_step(p) for p in state.all_model_checkpoint_paths] == [2, 4, 6, 8]
+
+
+def test_checkpoint_files_without_a_complete_checkpoint_stop_the_run_naming_them(tmp_path):
+  _train_to(tmp_path, 4)
+  for path in tmp_path.glob('model.ckpt-*.index'):
+    path.unlink()
+  before = sorted(p.name for p in tmp_path.iterdir())
+  resumed = make_runner(tmp_path, iterations_per_loop=2, save_checkpoints_steps=2)
+  with pytest.raises(checkpoints.IncompleteCheckpoints) as error:
+    resumed.train(train_input, max_steps=6)
+  assert 'model.ckpt-4 (no model.ckpt-4.index), model.ckpt-2 (no model.ckpt-2.index)' in str(error.value)
+  assert 'Nothing was started over them' in str(error.value)
+  assert sorted(p.name for p in tmp_path.iterdir()) == before   # nothing written over them

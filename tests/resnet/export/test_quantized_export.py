@@ -1,0 +1,196 @@
+"""Quantized LiteRT exports (float16, dynamic-range int8, full-integer int8), measured on the run's own images and
+run by LiteRT's own runtime (ai-edge-litert); predict with a .tflite; export a finished run without restating its
+params. The first tests use a small Keras model (fast); the last runs the CLI end to end on a tiny ResNet-18."""
+import glob
+import json
+import os
+import types
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from params import resnet_config
+from resnet.export import litert_runtime
+from resnet.export import tflite_export
+from resnet.export import tflite_report
+from tests.helpers import cli
+
+SIZE = 8
+
+
+def _small_model(seed: int = 0) -> keras.Model:
+  keras.utils.set_random_seed(seed)
+  inputs = keras.Input((SIZE, SIZE, 3))
+  x = keras.layers.Rescaling(1 / 255.0)(inputs)
+  x = keras.layers.Conv2D(8, 3, activation='relu')(x)
+  x = keras.layers.GlobalAveragePooling2D()(x)
+  return keras.Model(inputs, keras.layers.Dense(4)(x))
+
+
+def _saved_model(model: keras.Model, directory: str) -> str:
+  """A SavedModel with the export's ``serving_images`` signature."""
+  module = tf.Module()
+  module.model = model
+
+  @tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.float32, name='images')])
+  def serving_images(images):
+    return {'probabilities': tf.nn.softmax(model(images, training=False))}
+  tf.saved_model.save(module, directory, signatures={'serving_images': serving_images})
+  return directory
+
+
+def _images(count: int, seed: int):
+  rng = np.random.default_rng(seed)
+  return rng.uniform(0, 255, (count, SIZE, SIZE, 3)).astype(np.float32), rng.integers(0, 4, count)
+
+
+def test_the_quantization_kinds_are_the_params_choices():
+  assert resnet_config.TFLITE_QUANTIZATIONS == tflite_export.QUANTIZATIONS
+
+
+def test_each_quantized_file_is_measured_written_and_run_by_litert(tmp_path):
+  model = _small_model()
+  directory = _saved_model(model, str(tmp_path / 'export'))
+  float32_file = tflite_export.convert(model, SIZE)
+  images, labels = _images(40, seed=1)
+  calibration, _ = _images(16, seed=2)
+  rows = tflite_export.export_quantized(directory, model, float32_file, SIZE, 'float32', tflite_export.QuantizedExports(
+      ['float16', 'dynamic_int8', 'int8'], calibration, images, labels, min_agreement=0.0, int8_io=True))
+  assert [r.kind for r in rows] == ['saved_model', 'float32', 'float16', 'dynamic_int8', 'int8']
+  assert all(r.runtime == 'LiteRT (ai-edge-litert)' for r in rows[1:])   # not TensorFlow's interpreter
+  by_kind = {r.kind: r for r in rows}
+  assert by_kind['float32'].agreement == 1.0 and by_kind['float16'].agreement >= 0.95
+  assert all(0.0 <= r.agreement <= 1.0 and r.latency_ms > 0 for r in rows)
+  for kind in ('float16', 'dynamic_int8', 'int8'):
+    assert os.path.getsize(os.path.join(directory, tflite_export.file_name(kind))) == by_kind[kind].bytes
+  assert by_kind['int8'].bytes < by_kind['float32'].bytes
+  int8 = litert_runtime.Model(os.path.join(directory, 'model_int8.tflite'))
+  assert int8.input_type == 'int8'   # int8 input and output, as the Edge TPU compiler needs
+  probabilities = int8.probabilities(images[:4])
+  assert probabilities.shape == (4, 4) and np.allclose(probabilities.sum(axis=1), 1.0, atol=0.05)
+  report = json.loads((tmp_path / 'export' / 'tflite_report.json').read_text())
+  assert report['num_images'] == 40 and len(report['rows']) == 5
+  assert '| model_int8.tflite |' in (tmp_path / 'export' / 'tflite_report.txt').read_text()
+
+
+def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(tmp_path, monkeypatch):
+  model = _small_model()
+  directory = _saved_model(model, str(tmp_path / 'export'))
+  float32_file = tflite_export.convert(model, SIZE)
+  (tmp_path / 'export' / 'model.tflite').write_bytes(float32_file)
+  images, labels = _images(20, seed=1)
+  measure = tflite_report.Reference.measure
+
+  def disagreeing(self, name, kind, flatbuffer, images):
+    row = measure(self, name, kind, flatbuffer, images)
+    return row if kind != 'dynamic_int8' else tflite_report.Row(**{**row.__dict__, 'agreement': 0.5})
+  monkeypatch.setattr(tflite_report.Reference, 'measure', disagreeing)
+  with pytest.raises(tflite_export.QuantizationError, match=r'model_dynamic_int8.tflite agrees .* on 50.0% of 20'):
+    tflite_export.export_quantized(directory, model, float32_file, SIZE, 'float32', tflite_export.QuantizedExports(
+        ['float16', 'dynamic_int8'], None, images, labels, min_agreement=0.9))
+  written = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / 'export' / '*.tflite')))
+  assert written == ['model.tflite', 'model_float16.tflite']   # the refused file is not there, the others stay
+  assert (tmp_path / 'export' / 'saved_model.pb').exists()
+  assert 'not written: below tflite_min_agreement' in (tmp_path / 'export' / 'tflite_report.txt').read_text()
+
+
+def test_a_model_that_cannot_be_quantized_is_named_and_nothing_is_written(tmp_path):
+  keras.utils.set_random_seed(0)
+  inputs = keras.Input((SIZE, SIZE, 3))
+  x = keras.layers.Lambda(tf.math.erf)(keras.layers.Conv2D(4, 3)(inputs))   # no TFLite kernel at all
+  model = keras.Model(inputs, keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(x)))
+  calibration, _ = _images(4, seed=2)
+  with pytest.raises(tflite_export.QuantizationError, match=r'no TFLite kernel in int8 or float \(.*Erf'):
+    tflite_export.convert(model, SIZE, tflite_export.Quantization('int8', calibration))
+
+
+def _run(args, tmp_path, name):
+  """The CLI's main in this process; the result with ``returncode``, ``stdout`` and ``stderr`` (the log)."""
+  result = cli.run_in_process(*args, base=())
+  (tmp_path / f'{name}.log').write_text(result.out + result.log)
+  return types.SimpleNamespace(returncode=result.code, stdout=result.out, stderr=result.log)
+
+
+def test_train_export_quantized_then_predict_with_the_int8_file_and_reexport_without_params(tmp_path):
+  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=24, num_validation=16)
+  model_dir, export_dir = tmp_path / 'run', tmp_path / 'export'
+  trained = _run(list(cli.TINY) + [
+      '--mode=train', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=2',
+      f'--export_dir={export_dir}', '--tflite_quantizations=float16,int8', '--tflite_calibration_images=8',
+      '--tflite_eval_images=16', '--tflite_min_agreement=0'], tmp_path, 'train')
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  (version,) = glob.glob(str(export_dir / '*'))
+  assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(version, '*.tflite'))) == [
+      'model.tflite', 'model_float16.tflite', 'model_int8.tflite']
+  assert '| model_int8.tflite |' in trained.stdout and 'LiteRT (ai-edge-litert)' in trained.stdout
+
+  # Predict with the int8 file: the same CSV and per-class report, computed by LiteRT.
+  output = tmp_path / 'int8.csv'
+  predicted = _run(['--mode=predict', f'--model_dir={model_dir}', f'--predict_tflite={version}/model_int8.tflite',
+                    f'--predict_output={output}', '--use_tpu=false'], tmp_path, 'predict')
+  assert predicted.returncode == 0, predicted.stderr[-3000:]
+  lines = output.read_text().splitlines()
+  assert lines[0].startswith('image,true_label') and len(lines) == 1 + 16   # the validation split, labelled
+  assert (tmp_path / 'int8_report.json').exists()
+
+  # Export the finished run with nothing restated: depth, classes, image size and data come from its params.yaml.
+  again = _run(['--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "again"}',
+                '--tflite_quantizations=dynamic_int8', '--tflite_eval_images=8', '--tflite_min_agreement=0',
+                '--use_tpu=false'], tmp_path, 'export')
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'From the run in' in again.stderr and 'resnet_depth=18' in again.stderr
+  assert glob.glob(str(tmp_path / 'again' / '*' / 'model_dynamic_int8.tflite'))
+  contradicting = _run(['--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "bad"}',
+                        '--resnet_depth=50', '--use_tpu=false'], tmp_path, 'contradicting')
+  assert contradicting.returncode != 0 and 'resnet_depth' in contradicting.stderr
+
+
+def test_quantized_exports_need_the_runs_records(tmp_path):
+  result = _run(list(cli.TINY) + ['--mode=train', f'--model_dir={tmp_path / "run"}', '--train_steps=1',
+                                  f'--export_dir={tmp_path / "export"}', '--tflite_quantizations=int8'],
+                tmp_path, 'synthetic')
+  assert result.returncode != 0 and 'tflite_quantizations' in result.stderr and '--data_dir' in result.stderr
+  assert not glob.glob(str(tmp_path / 'run' / 'model.ckpt-*'))   # refused before training
+
+
+def test_int8_input_and_output_tensors_compute_what_float_io_does(tmp_path):
+  """The runtime quantizes 0..255 images into the int8 input and dequantizes the int8 output: the same model with
+  float input and output answers the same within the int8 steps."""
+  model = _small_model()
+  calibration, _ = _images(16, seed=2)
+  images, _ = _images(12, seed=3)
+  float_io = litert_runtime.Model(tflite_export.convert(model, SIZE, tflite_export.Quantization('int8', calibration)))
+  int8_io = litert_runtime.Model(tflite_export.convert(
+      model, SIZE, tflite_export.Quantization('int8', calibration, int8_io=True)))
+  assert (float_io.input_type, int8_io.input_type) == ('float32', 'int8')
+  np.testing.assert_allclose(int8_io.probabilities(images), float_io.probabilities(images), atol=0.02)
+
+
+def test_without_ai_edge_litert_the_check_falls_back_to_tensorflow_and_says_so(monkeypatch, caplog):
+  model = _small_model()
+  flatbuffer = tflite_export.convert(model, SIZE)
+  images, _ = _images(3, seed=4)
+  expected = litert_runtime.Model(flatbuffer).probabilities(images)
+  monkeypatch.setitem(sys.modules, 'ai_edge_litert.interpreter', None)   # the import fails
+  monkeypatch.setattr(litert_runtime, '_WARNED', [])
+  fallback = litert_runtime.Model(flatbuffer)
+  assert fallback.runtime == 'TensorFlow tf.lite'
+  assert any('ai-edge-litert is not installed' in r.getMessage() for r in caplog.records)
+  np.testing.assert_allclose(fallback.probabilities(images), expected, atol=1e-6)
+
+
+def test_the_measured_images_are_spread_over_the_split(tmp_path):
+  from resnet import run_params  # pylint: disable=import-outside-toplevel
+  from resnet.export import host_images  # pylint: disable=import-outside-toplevel
+  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=8, num_validation=16)
+  (tmp_path / 'data' / 'summary.json').write_text(json.dumps({'splits': {'validation': {'images': 16}}}))
+  params = run_params.make_params({'data_dir': data_dir, 'image_size': 32, 'model_dir': str(tmp_path / 'm')})
+  every, labels = host_images.host_images(params, 'validation', 16)
+  spread, spread_labels = host_images.host_images(params, 'validation', 4)
+  np.testing.assert_array_equal(spread_labels, labels[::4])
+  np.testing.assert_array_equal(spread, every[::4])
+  with pytest.raises(host_images.NoImagesError, match='test'):
+    host_images.host_images(params, 'test', 4)

@@ -1,0 +1,77 @@
+"""No silent divergence, and no false alarm: a finite loss that explodes, or a model that collapses to a constant
+output, stops the run (or warns) naming the step, the history and the fixes, checkpoints stay; a healthy noisy run
+trains on; and the best checkpoint says when it is the first evaluation of a run that got worse."""
+import math
+import os
+
+import pytest
+import tensorflow as tf
+
+from resnet.estimator import hooks as hooks_lib
+from resnet.training import divergence
+from tests.helpers import cli
+from tests.helpers import procs
+
+CHANCE = math.log(4)
+FIXTURES = os.path.join(procs.ROOT, 'tests', 'fixtures')
+
+
+def test_a_uniform_guess_scores_ln_k_times_the_frequency_weighted_class_weight():
+  """Binary, 1% positives, weights [1, 100]: ln 2 x (0.99 + 1.00) = 1.38 (the old guard assumed 35, so a weighted
+  run could explode unnoticed); 'balanced' on a 100-class long tail: ln 100 = 4.6 (the old guard assumed 22)."""
+  base = dict(num_label_classes=2, class_weights=[1.0, 100.0], class_weight_normalization='batch_size')
+  chance, how = divergence.uniform_guess_loss(base, [0.99, 0.01])
+  assert chance == pytest.approx(math.log(2) * 1.99) and 'mean class weight 1.99' in how
+  assert divergence.uniform_guess_loss({**base, 'class_weight_normalization': 'weight_sum'}, [0.99, 0.01])[0] == \
+      pytest.approx(math.log(2))
+  counts = [1000 // (c + 1) for c in range(100)]
+  balanced = [sum(counts) / (100 * n) for n in counts]
+  frequencies = [n / sum(counts) for n in counts]
+  params = dict(num_label_classes=100, class_weights=balanced, class_weight_normalization='batch_size')
+  assert divergence.uniform_guess_loss(params, frequencies)[0] == pytest.approx(math.log(100))
+  assert divergence.uniform_guess_loss(dict(params, class_weights=None), None)[0] == pytest.approx(math.log(100))
+  # Without training counts (synthetic labels are uniform): the plain mean.
+  assert divergence.uniform_guess_loss(base, None)[0] == pytest.approx(math.log(2) * 50.5)
+
+
+def test_a_diverging_cli_run_exits_with_the_message_keeps_checkpoints_and_exports_nothing(tmp_path):
+  from tools import imagenet_to_gcs, make_demo_dataset  # pylint: disable=import-outside-toplevel
+  make_demo_dataset.make_demo_dataset(str(tmp_path / 'images'), num_classes=4, images_per_class=8,
+                                      image_size=(40, 56), seed=0)
+  data = str(tmp_path / 'records')
+  imagenet_to_gcs.convert_dataset(str(tmp_path / 'images'), data, num_workers=1, seed=0)
+  model_dir, export_dir = str(tmp_path / 'run'), str(tmp_path / 'export')
+  # Class weights of 50 on a tiny ResNet at a learning rate of 400: the cross-entropy explodes, finite.
+  base = [f for f in cli.TINY if not f.startswith('--num_train_images')]  # the data's summary.json counts them
+  result = cli.run_in_process(
+      f'--data_dir={data}', f'--model_dir={model_dir}', f'--export_dir={export_dir}', '--mode=train',
+      '--train_steps=40', '--iterations_per_loop=2', '--save_checkpoints_steps=2', '--lr_warmup_epochs=0',
+      '--base_learning_rate=400', '--param_overrides=class_weights=[50,50,50,50]', base=base)
+  assert result.code == 1, result.log[-3000:]
+  assert 'error: Training diverged at step' in result.log, result.log[-3000:]
+  assert 'a lower base_learning_rate (now 400)' in result.log and 'milder class_weights' in result.log
+  assert 'a uniform guess scores cross_entropy 69.31 (ln 4 x the mean class weight 50' in result.log
+  assert tf.train.latest_checkpoint(model_dir) is not None and not os.path.exists(export_dir)
+
+
+def test_a_model_that_answers_every_image_alike_is_stopped_as_collapsed(tmp_path):
+  """A ResNet whose weights are all zero computes logits = bias for every image (ReLU's zero gradient keeps it
+  there): the loss alone would never tell; its output spread does."""
+  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
+  params = tiny.resnet_params(tmp_path, num_label_classes=4, train_batch_size=4, num_train_images=64,
+                              lr_warmup_epochs=0.0, train_steps=80, iterations_per_loop=10)
+  estimator = tiny.resnet_estimator(params)
+  estimator.build('train')
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  for variable in model.weights:
+    variable.assign(tf.zeros_like(variable))
+  estimator.checkpoints.holds = 'zeroed'  # keep these weights: no restore of initial values
+  images = tf.random.stateless_uniform([64, 32, 32, 3], [1, 2], maxval=255.0)
+  labels = tf.range(64) % 4
+
+  def input_fn(p):
+    return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(p['batch_size'])
+
+  with pytest.raises(hooks_lib.LossExplodedError, match='collapsed to a constant output'):
+    estimator.train(input_fn, max_steps=80, hooks=[divergence.guard(params)])

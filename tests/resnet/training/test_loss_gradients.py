@@ -1,0 +1,169 @@
+"""The train step's gradients against an independent formulation, for every kind of target the loss sees.
+
+The expected gradient is built from the hand derivative of ``-sum(t * log_softmax(z))`` with respect to the
+logits, ``(sum(t) * softmax(z) - t) / denominator``, back-propagated through the same model on each replica's own
+batch (``tape.gradient(logits, variables, output_gradients=...)``); the real one is read from one update of the
+real step (momentum 0: update = -lr x gradient). TensorFlow's fused softmax cross-entropy kernel returns
+``softmax - t``, which is wrong for class-weighted targets (rows summing to w != 1): these tests fail on it.
+
+They run in the suite's default mode (no deterministic ops, as users run) and again with deterministic ops in a
+subprocess (tests/test_kernel_modes.py), since the two modes run different kernels.
+"""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet.training import mixing
+from resnet.model import tf1_names
+from resnet.training import resnet_model_fn
+from tests.helpers import tiny
+
+CLASSES = 3
+BATCH = 8
+# Two replicas hold [0, 1, 2, 0] and [1, 1, 2, 0]: unequal weight sums (5.5 and 7.5), so a denominator summed on one
+# replica and scaled by the replica count (11 or 15) is not the global sum (13).
+LABELS = np.array([0, 1, 2, 0, 1, 1, 2, 0], np.int32)
+IMAGES = np.random.default_rng(9).uniform(0, 255, (BATCH, 32, 32, 3)).astype(np.float32)
+WEIGHTS = [1.0, 3.0, 0.5]
+
+CASES = {  # name: params overrides
+    'one_hot': {},
+    'smoothed': dict(label_smoothing=0.2),
+    'weighted': dict(class_weights=WEIGHTS),
+    'weighted_weight_sum': dict(class_weights=WEIGHTS, class_weight_normalization='weight_sum'),
+    'mixup_cutmix': dict(mixup_alpha=1.0, cutmix_alpha=1.0, label_smoothing=0.1),
+    'weighted_mixed': dict(class_weights=WEIGHTS, mixup_alpha=1.0, label_smoothing=0.1),
+    'weighted_mixed_weight_sum': dict(class_weights=WEIGHTS, mixup_alpha=1.0,
+                                      class_weight_normalization='weight_sum'),
+    # bfloat16's CPU kernels forced in float32: the strided 1x1 projections' matmul gradient and the XLA add + ReLU
+    # inside the distributed step (tests/resnet/model/test_cpu_kernels.py checks them against TensorFlow's own).
+    'cpu_kernels': dict(conv1x1_filter_grad='matmul', residual_add_relu='xla', label_smoothing=0.1),
+}
+
+
+def test_the_loss_gradient_is_right_for_targets_that_do_not_sum_to_one():
+  """The issue's two lines: the fused kernel gives [.23, -2.37, .14]; the right gradient is 3 * softmax - t."""
+  logits = tf.Variable([[1.0, 2.0, 0.5]])
+  targets = tf.constant([[0.0, 3.0, 0.0]])
+  with tf.GradientTape() as tape:
+    loss = resnet_model_fn._per_example_loss(logits, targets)  # pylint: disable=protected-access
+  softmax = tf.nn.softmax(logits).numpy()
+  np.testing.assert_allclose(tape.gradient(loss, logits).numpy(), 3.0 * softmax - targets.numpy(), atol=1e-6)
+  np.testing.assert_allclose(loss.numpy(), -3.0 * np.log(softmax[:, 1]), rtol=1e-6)
+
+
+def _input(params):
+  return tf.data.Dataset.from_tensor_slices((IMAGES, LABELS)).repeat().batch(params['batch_size'])
+
+
+def _replica_targets(params, labels: np.ndarray) -> np.ndarray:
+  smoothing = params['label_smoothing']
+  targets = np.eye(CLASSES, dtype=np.float64)[labels] * (1 - smoothing) + smoothing / CLASSES
+  if params['class_weights'] is not None:
+    targets *= np.asarray(params['class_weights'])[labels][:, None]
+  return targets
+
+
+def _mix_seeds(strategy, replicas: int, random_seed):
+  """Each replica's mixing seed for step 0, drawn where the step draws it (the replica id is folded in)."""
+  if strategy is None:
+    return [mixing.mix_seed(tf.constant(0, tf.int64), random_seed)]
+  seeds = strategy.run(lambda: mixing.mix_seed(tf.constant(0, tf.int64), random_seed))
+  return list(strategy.experimental_local_results(seeds))[:replicas]
+
+
+def _expected_gradients(model, params, strategy, replicas: int):
+  """Sum over replicas of the hand logit gradient back-propagated through the model on that replica's batch."""
+  parts = np.split(np.arange(BATCH), replicas)
+  batches = []
+  config = mixing.MixConfig.from_params(params)
+  seeds = _mix_seeds(strategy, replicas, params['random_seed'])
+  for part, seed in zip(parts, seeds):
+    images, targets = tf.constant(IMAGES[part]), tf.constant(_replica_targets(params, LABELS[part]), tf.float32)
+    if config.enabled:
+      images, targets = mixing.mix(images, targets, config, seed)
+    batches.append((images, targets.numpy().astype(np.float64)))
+  denominator = float(BATCH)
+  if params['class_weights'] is not None and params['class_weight_normalization'] == 'weight_sum':
+    denominator = sum(t.sum() for _, t in batches)
+  total = None
+  for images, targets in batches:
+    with tf.GradientTape() as tape:
+      logits = tf.cast(model(images, training=True), tf.float32)
+    z = logits.numpy().astype(np.float64)
+    softmax = np.exp(z - z.max(axis=1, keepdims=True))
+    softmax /= softmax.sum(axis=1, keepdims=True)
+    d_logits = (targets.sum(axis=1, keepdims=True) * softmax - targets) / denominator
+    # Scaled up through float16 activations and back down, as loss scaling does: no gradient underflows.
+    scale = 1024.0 if params['precision'] == 'float16' else 1.0
+    grads = tape.gradient(logits, model.trainable_variables,
+                          output_gradients=tf.constant(d_logits * scale, tf.float32))
+    grads = [np.asarray(tf.cast(g, tf.float32)) / scale for g in grads]
+    total = grads if total is None else [a + b for a, b in zip(total, grads)]
+  return total
+
+
+def _real_and_expected(tmp_path, case: str, replicas: int, precision: str = 'float32'):
+  strategy = tiny.two_replicas() if replicas == 2 else None
+  params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=BATCH, num_train_images=64,
+                              weight_decay=0.0, momentum=0.0, lr_warmup_epochs=0.0, train_steps=1,
+                              base_learning_rate=2.0, precision=precision, **CASES[case])
+  keras.utils.set_random_seed(4)
+  estimator = tiny.resnet_estimator(params, strategy)
+  estimator.build('train')
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  before = [v.numpy().copy() for v in model.trainable_variables]
+  expected = _expected_gradients(model, params, strategy, replicas)
+  logs = estimator.train(_input, max_steps=1)
+  real = [(b - v.numpy()) / logs['learning_rate'] for b, v in zip(before, model.trainable_variables)]
+  return real, expected, logs
+
+
+def _assert_close(real, expected, tolerance):
+  total = np.sqrt(sum(np.sum(e ** 2) for e in expected))
+  assert total > 1e-3  # a gradient there is to compare
+  for r, e in zip(real, expected):
+    # Relative to the whole gradient's norm: small layers' last bits do not decide; a wrong loss gradient (the fused
+    # kernel's on weighted targets) is off by tens of percent.
+    assert np.linalg.norm(r - e) <= tolerance * max(np.linalg.norm(e), 1e-3 * total)
+
+
+@pytest.mark.parametrize('case', sorted(CASES))
+def test_one_device_step_gradient_equals_the_hand_formulation(tmp_path, case):
+  real, expected, _ = _real_and_expected(tmp_path, case, replicas=1)
+  _assert_close(real, expected, 2e-3)
+
+
+@pytest.mark.parametrize('case', ['weighted_mixed', 'weighted_weight_sum', 'smoothed', 'cpu_kernels'])
+def test_two_replica_step_gradient_equals_the_hand_formulation(tmp_path, case):
+  real, expected, _ = _real_and_expected(tmp_path, case, replicas=2)
+  _assert_close(real, expected, 2e-3)
+
+
+@pytest.mark.parametrize('case', ['weighted', 'weighted_mixed_weight_sum'])
+def test_float16_loss_scaled_step_gradient_equals_the_hand_formulation(tmp_path, case):
+  real, expected, _ = _real_and_expected(tmp_path, case, replicas=2, precision='float16')
+  _assert_close(real, expected, 3e-2)  # float16 activations: percent-level rounding, far below a wrong gradient
+
+
+def test_cross_entropy_scalar_is_the_loss_without_weight_decay(tmp_path):
+  strategy = tiny.two_replicas()
+  params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=BATCH, num_train_images=64,
+                              weight_decay=1e-2, train_steps=3, iterations_per_loop=3, **CASES['weighted'])
+  keras.utils.set_random_seed(4)
+  estimator = tiny.resnet_estimator(params, strategy)
+  logs = estimator.train(_input, max_steps=3)  # one loop of 3 steps: both are means over its steps
+  decay = logs['loss'] - logs[resnet_model_fn.CROSS_ENTROPY]
+  assert 0.01 * logs['loss'] < decay < logs['loss']   # the weight-decay term, which the scalar leaves out
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  after = 1e-2 * sum(float(tf.nn.l2_loss(v)) for v in tf1_names.weight_decay_variables(model))
+  assert decay == pytest.approx(after, rel=0.05)      # the decay of the loop's weights (they move a little)
+
+
+def test_weight_sum_normalisation_divides_by_the_global_sum_of_weights(tmp_path):
+  """sum(w * CE) / sum(w): the loss of a batch equals the weighted mean, whichever replica holds which weights."""
+  _, _, logs = _real_and_expected(tmp_path / 'w', 'weighted_weight_sum', replicas=2)
+  _, _, plain = _real_and_expected(tmp_path / 'b', 'weighted', replicas=2)
+  weight_sum = float(np.sum(np.asarray(WEIGHTS)[LABELS]))
+  assert logs['loss'] == pytest.approx(plain['loss'] * BATCH / weight_sum, rel=1e-5)

@@ -1,0 +1,83 @@
+"""The training loss of resnet_model_fn with class weights, on 1 device and 2 replicas, against a hand computation:
+weighted examples, and mixed examples weighing each source."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet.training import mixing
+from resnet.training import resnet_model_fn
+from tests.helpers import tiny
+
+SIZE = 32
+CLASSES = 3
+
+
+def _strategy(replicas):
+  return tiny.two_replicas() if replicas == 2 else None
+
+
+def _images(n, seed):
+  # Different brightness and contrast per image, so that an untrained net does not give every image one class.
+  base = tf.random.stateless_uniform([n, SIZE, SIZE, 3], seed=[seed, 0], maxval=1.0)
+  scale = tf.random.stateless_uniform([n, 1, 1, 1], seed=[seed, 1], minval=20.0, maxval=255.0)
+  return (base * scale).numpy()
+
+
+TRAIN_LABELS = np.array([0, 1, 2, 0, 1, 2, 0, 0], np.int32)
+TRAIN_IMAGES = _images(8, seed=9)
+CLASS_WEIGHTS = [1.0, 3.0, 0.5]
+
+
+def _train_input(params):
+  return tf.data.Dataset.from_tensor_slices((TRAIN_IMAGES, TRAIN_LABELS)).repeat().batch(params['batch_size'])
+
+
+@pytest.mark.parametrize('replicas', [1, 2])
+def test_class_weighted_loss_equals_the_hand_computed_one(tmp_path, replicas):
+  params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=8, num_train_images=64,
+                              weight_decay=0.0, class_weights=CLASS_WEIGHTS, train_steps=1)
+  keras.utils.set_random_seed(4)
+  estimator = tiny.resnet_estimator(params, _strategy(replicas))
+  estimator.build('train')
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  # Each replica normalises its own examples with its batch's statistics: replica r gets examples 4r..4r+3.
+  parts = np.split(np.arange(8), replicas)
+  logits = np.concatenate([model(TRAIN_IMAGES[p], training=True).numpy() for p in parts])
+  losses = keras.losses.sparse_categorical_crossentropy(TRAIN_LABELS, logits, from_logits=True).numpy()
+  expected = float(np.sum(np.take(CLASS_WEIGHTS, TRAIN_LABELS) * losses) / 8)
+  unweighted = float(np.mean(losses))
+  assert abs(expected - unweighted) > 1e-3 * unweighted
+  loss = estimator.train(_train_input, max_steps=1)['loss']
+  assert loss == pytest.approx(expected, rel=1e-5)
+
+
+def test_class_weights_with_mixup_weigh_each_source_of_a_mixed_example(tmp_path):
+  """Each mixed example's loss is lam * w_a * CE_a + (1 - lam) * w_b * CE_b: the weighted loss of both sources
+  (not their mixed weight times the mixed cross-entropy)."""
+  params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=8, num_train_images=64,
+                              weight_decay=0.0, class_weights=CLASS_WEIGHTS, train_steps=1, mixup_alpha=1.0,
+                              random_seed=5)
+  keras.utils.set_random_seed(4)
+  estimator = tiny.resnet_estimator(params)
+  estimator.build('train')
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  one_hot = tf.one_hot(TRAIN_LABELS, CLASSES)
+  images, mixed = mixing.mix(tf.constant(TRAIN_IMAGES), one_hot, mixing.MixConfig(mixup_alpha=1.0),
+                             mixing.mix_seed(tf.constant(0, tf.int64), 5))
+  sources = TRAIN_LABELS[::-1]
+  i = int(np.flatnonzero(TRAIN_LABELS != sources)[0])
+  lam = float(mixed[i, TRAIN_LABELS[i]])
+  assert 0.05 < lam < 0.95, lam   # a real mix, or the test would not tell the two formulas apart
+  logits = model(images, training=True)
+  ce = lambda labels: keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True).numpy()
+  weights = np.array(CLASS_WEIGHTS)
+  expected = float(np.sum(lam * weights[TRAIN_LABELS] * ce(TRAIN_LABELS)
+                          + (1 - lam) * weights[sources] * ce(sources)) / 8)
+  mixed_weight_times_mixed_loss = float(np.sum(
+      (lam * weights[TRAIN_LABELS] + (1 - lam) * weights[sources])
+      * (lam * ce(TRAIN_LABELS) + (1 - lam) * ce(sources))) / 8)
+  assert abs(mixed_weight_times_mixed_loss - expected) > 1e-3 * expected
+  loss = estimator.train(_train_input, max_steps=1)['loss']
+  assert loss == pytest.approx(expected, rel=1e-5)

@@ -1,0 +1,79 @@
+"""Behaviour of tools/make_demo_dataset.py: counts, determinism, and classes a trivial statistic tells apart."""
+import os
+from typing import Tuple
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tools import make_demo_dataset as demo
+
+
+def _shape_features(path: str) -> Tuple[float, float]:
+  """(fraction of the border in the minority colour, fill of that colour's bounding box).
+
+  Shapes sit inside the image (border fraction ~0) and fill their box differently (square 1, circle pi/4,
+  triangle <= 1/2); stripes touch the border everywhere.
+  """
+  image = np.asarray(Image.open(path).convert('RGB'), dtype=np.float32)
+  centres = [image[0, 0], image.reshape(-1, 3)[np.argmax(np.linalg.norm(image - image[0, 0], axis=-1))]]
+  for _ in range(5):  # Two-colour k-means: background vs shape.
+    other = np.linalg.norm(image - centres[1], axis=-1) < np.linalg.norm(image - centres[0], axis=-1)
+    centres = [image[~other].mean(axis=0), image[other].mean(axis=0)]
+  if other.mean() > 0.5:
+    other = ~other
+  ys, xs = np.nonzero(other)
+  box = (ys.max() - ys.min() + 1) * (xs.max() - xs.min() + 1)
+  edge = np.concatenate([other[0], other[-1], other[:, 0], other[:, -1]])
+  return float(edge.mean()), float(other.sum() / box)
+
+
+def test_makes_the_requested_counts_sizes_and_some_pngs(tmp_path):
+  result = demo.make_demo_dataset(str(tmp_path), num_classes=4, images_per_class=8, image_size=(40, 60),
+                                  png_fraction=0.3)
+  assert result['classes'] == ['circles', 'squares', 'triangles', 'stripes']
+  assert sorted(os.listdir(tmp_path)) == sorted(result['classes'])
+  names = [n for c in result['classes'] for n in os.listdir(tmp_path / c)]
+  assert len(names) == 32 and result['counts'] == {c: 8 for c in result['classes']}
+  pngs = [n for n in names if n.endswith('.png')]
+  assert len(pngs) == result['num_png'] > 0
+  for c in result['classes']:
+    for n in os.listdir(tmp_path / c):
+      with Image.open(tmp_path / c / n) as img:
+        assert img.mode == 'RGB' and all(40 <= s <= 60 for s in img.size)
+
+
+def test_same_seed_same_images_and_non_empty_root_refused(tmp_path):
+  demo.make_demo_dataset(str(tmp_path / 'a'), images_per_class=2, image_size=(32, 32), seed=3)
+  demo.make_demo_dataset(str(tmp_path / 'b'), images_per_class=2, image_size=(32, 32), seed=3)
+  for c in demo.CLASSES[:4]:
+    assert sorted(os.listdir(tmp_path / 'a' / c)) == sorted(os.listdir(tmp_path / 'b' / c))
+    for n in os.listdir(tmp_path / 'a' / c):
+      assert (tmp_path / 'a' / c / n).read_bytes() == (tmp_path / 'b' / c / n).read_bytes()
+  with pytest.raises(FileExistsError):
+    demo.make_demo_dataset(str(tmp_path / 'a'), images_per_class=1)
+  demo.make_demo_dataset(str(tmp_path / 'a'), images_per_class=1, image_size=(32, 32), overwrite=True)
+  assert len(os.listdir(tmp_path / 'a' / 'circles')) == 1
+
+
+def test_classes_are_distinguishable_by_a_trivial_statistic(tmp_path):
+  result = demo.make_demo_dataset(str(tmp_path), images_per_class=10, image_size=(64, 96), png_fraction=0.2)
+  features = {c: np.array([_shape_features(str(tmp_path / c / n)) for n in sorted(os.listdir(tmp_path / c))])
+              for c in result['classes']}
+  edge, fill = {c: f[:, 0] for c, f in features.items()}, {c: f[:, 1] for c, f in features.items()}
+  assert edge['stripes'].min() > 0.2
+  for shape in ('circles', 'squares', 'triangles'):
+    assert edge[shape].max() < 0.05
+  assert fill['squares'].min() > 0.9
+  assert 0.65 < fill['circles'].min() and fill['circles'].max() < 0.88
+  assert fill['triangles'].max() < 0.6
+
+
+def test_demo_output_converts_to_records(tmp_path):
+  from tools import imagenet_to_gcs
+  demo.make_demo_dataset(str(tmp_path / 'images'), images_per_class=10, image_size=(32, 40), png_fraction=0.5)
+  summary = imagenet_to_gcs.convert_dataset(str(tmp_path / 'images'), str(tmp_path / 'records'), num_workers=1)
+  assert summary['labels'] == {'circles': 1, 'squares': 2, 'stripes': 3, 'triangles': 4}
+  assert [summary['splits'][s]['images'] for s in imagenet_to_gcs.SPLITS] == [32, 4, 4]
+  assert not summary['skipped']
+
