@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(PY) -m tools.demo --output_dir=demo_out
 
 # Two test files at a time (pytest-xdist; --dist loadfile keeps a file's shared runs in one process), the heaviest
-# files first (tests/conftest.py orders them), so the last minutes are not one long file running alone.
+# files first (LONGEST_FIRST in tests/conftest.py), so the last minutes are not one long file running alone.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 

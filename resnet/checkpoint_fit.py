@@ -78,6 +78,9 @@ def mismatch(path: str, model, params: Mapping[str, Any]) -> Optional[str]:
   try:
     held = _checkpoint_layers(path)
   except (tf.errors.OpError, ValueError) as e:
+    if not (tf.io.gfile.exists(path + '.index') and tf.io.gfile.glob(path + '.data-*')):
+      # Its files went away (keep_checkpoint_max, under continuous eval): NotFoundError, which every worker skips.
+      raise tf.errors.NotFoundError(None, None, f'Checkpoint {path}: its files are gone.') from e
     return f'Cannot read checkpoint {path}: {getattr(e, "message", e)}'
   if not held:  # not a checkpoint of this program's layout (e.g. a TF1 one): the restore says what it finds
     return None

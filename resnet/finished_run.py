@@ -21,6 +21,7 @@ from official_input import dataset_info
 from params import merging
 from params import resnet_config
 from resnet import model_dir as model_dir_lib
+from resnet.estimator import checkpoints
 from resnet.estimator import files
 
 
@@ -105,8 +106,13 @@ def check_data(params: Mapping[str, Any], mode: str) -> None:
   reads_records = mode == 'eval' or (mode == 'predict' and not params['predict_input'])
   if not reads_records or not dataset_info.is_synthetic(params['data_dir']):
     return
-  run = model_dir_lib.recorded_params(params['model_dir']) or {}
-  trained_on = run.get('data_dir')
+  run = model_dir_lib.recorded_params(params['model_dir'])
+  if run is None and checkpoints.has_checkpoint(params['model_dir']):
+    raise ValueError(f'--mode={mode}: the run in {params["model_dir"]} has no readable params.yaml, so the data it '
+                     'trained on is unknown, and this run has no data_dir (synthetic data): its metrics could describe '
+                     'random images in place of the run\'s records. Give --data_dir (the run\'s records), or copy '
+                     'its params.yaml back (a run that trained on synthetic data says data_dir: null there).')
+  trained_on = (run or {}).get('data_dir')
   if not dataset_info.is_synthetic(trained_on):
     raise ValueError(f'--mode={mode}: the run in {params["model_dir"]} trained on the records in {trained_on}, but '
                      'this run has no data_dir (synthetic data): its metrics would describe random images and '
@@ -136,7 +142,8 @@ def final_step(params: Mapping[str, Any]) -> Optional[int]:
   if isinstance(record.value, dict) and isinstance(record.value.get('global_step'), int):
     return min(record.value['global_step'], params['train_steps'])
   if record.problem:
-    logging.warning('%s: eval ends after the checkpoint at train_steps=%d.', record.problem, params['train_steps'])
+    logging.log_first_n(logging.WARNING, '%s: eval ends after the checkpoint at train_steps=%d.', 1, record.problem,
+                        params['train_steps'])
   return params['train_steps']
 
 

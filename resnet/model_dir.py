@@ -103,8 +103,11 @@ def check_and_record(params: Any, record: bool) -> None:
   if record and _read_record(path).damaged:  # kept, never deleted: the new params.yaml replaces it
     kept = os.path.join(model_dir, HISTORY_DIR, f'params-{_stamp()}.damaged')
     tf.io.gfile.makedirs(os.path.dirname(kept))
-    tf.io.gfile.rename(path, kept, overwrite=True)
-    logging.warning('The damaged %s is kept as %s.', path, kept)
+    try:
+      tf.io.gfile.rename(path, kept, overwrite=True)
+      logging.warning('The damaged %s is kept as %s.', path, kept)
+    except tf.errors.NotFoundError:  # another worker of this run set it aside first
+      pass
   changed = _differences(saved, current) if saved is not None else []
   if saved is not None and checkpoints.has_checkpoint(model_dir):
     model_changes = [(k, old, new) for k, old, new in changed if k in resnet_config.MODEL_PARAMS]

@@ -88,7 +88,7 @@ def evaluate(estimator: Estimator, params: Params) -> None:
     return
   try:
     estimator.evaluate_continuously(eval_input, timeout=params.eval_timeout,
-                                    stop_at_step=finished_run.final_step(params),
+                                    stop_at_step=lambda: finished_run.final_step(params),
                                     weights=wiring.eval_weights(estimator), hooks=wiring.eval_hooks(params),
                                     best=wiring.best_checkpoint(estimator, params))
   except NoCheckpointError as e:

@@ -21,6 +21,7 @@ from params import merging
 from params import model_config
 from params import resnet_config
 from resnet import finished_run
+from resnet import model_dir as model_dir_lib
 from resnet import params_files
 from resnet.estimator import checkpoints
 from resnet.estimator import files
@@ -154,17 +155,13 @@ def variant_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
 
 def _run_variant(directory: str) -> Dict[str, Any]:
   """The Variant params recorded in a run directory's params.yaml (none if it has none, or is unreachable)."""
-  path = os.path.join(directory, 'params.yaml')
-  with _unreachable_storage(path):
-    if files.is_url(path):
-      exists = tf.io.gfile.exists(path)
-    else:
-      exists = os.path.isfile(path)
-    if exists:  # a params.yaml older than a Variant param ran with its v1.5 default
-      recorded = params_files.read_params(path)
-      return {key: recorded[key] if recorded.get(key) is not None else architectures.VARIANT_DEFAULTS[key]
-              for key in architectures.VARIANT_PARAMS}
-  return {}
+  with _unreachable_storage(os.path.join(directory, 'params.yaml')):
+    recorded = model_dir_lib.recorded_params(directory)  # damaged: a warning, and nothing is taken from it
+  if recorded is None:
+    return {}
+  # A params.yaml older than a Variant param ran with its v1.5 default.
+  return {key: recorded[key] if recorded.get(key) is not None else architectures.VARIANT_DEFAULTS[key]
+          for key in architectures.VARIANT_PARAMS}
 
 
 def _resumed_variant(model_dir: Optional[str]) -> Tuple[str, Dict[str, Any]]:

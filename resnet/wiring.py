@@ -79,9 +79,11 @@ def training_starts(estimator: Estimator, params: Params) -> None:
   advice = run_params.recipe_advice(params)
   if advice:
     logging.warning('%s', advice)
-  if estimator.is_chief:
+
+  def record() -> None:
     finished_run.clear_end(params.model_dir)
     model_dir_lib.record_class_names(params.model_dir, class_names.data_labels_path(params))
+  estimator.on_chief(record, f'record the run in {params.model_dir}')
 
 
 def training_ended(estimator: Estimator, params: Params) -> None:

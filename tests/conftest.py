@@ -1,5 +1,6 @@
 """Test-session set-up: quiet TensorFlow logs and two logical CPU devices for MirroredStrategy tests."""
 import os
+import shutil
 import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -39,6 +40,26 @@ def _kernel_mode_is_kept():
                 '(the rest of the suite must keep the default kernels users run).')
 
 
+class _ModuleTmp:
+  def __init__(self, factory):
+    self._factory, self.paths = factory, []
+
+  def mktemp(self, name: str):
+    path = self._factory.mktemp(name)
+    self.paths.append(path)
+    return path
+
+
+@pytest.fixture(scope='module')
+def module_tmp(tmp_path_factory):
+  """Directories for one module's shared fixtures (``module_tmp.mktemp(name)``), removed when the module ends: a
+  tiny ResNet's checkpoints are ~90 MB each, and kept to the session's end they took the suite past 2 GB."""
+  tmp = _ModuleTmp(tmp_path_factory)
+  yield tmp
+  for path in tmp.paths:
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope='session')
 def records(tmp_path_factory):
   """A small converted dataset, as a user makes one (drawn shapes, 4 classes x 12 images, the converter), shared by
@@ -49,3 +70,28 @@ def records(tmp_path_factory):
                                       image_size=(40, 56), seed=0)
   imagenet_to_gcs.convert_dataset(str(root / 'images'), str(root / 'records'), num_workers=1, seed=0)
   return str(root / 'records')
+
+
+# The longest files start first (pytest-xdist keeps this order under `--dist loadfile --no-loadscope-reorder`,
+# which the Makefile passes), so the suite does not end on one long file running alone while the other worker
+# idles. Measured on 2 cores (`pytest --durations=0`); the rest keep their collection order.
+LONGEST_FIRST = (
+    'tests/test_kernel_modes.py',                        # a nested pytest of the numeric claims, deterministic ops
+    'tests/resnet/estimator/test_multi_worker.py',       # 2-3 processes a test
+    'tests/resnet/test_resnet_main.py',
+    'tests/resnet/training/test_loss_gradients.py',
+    'tests/params/test_configs.py',
+    'tests/resnet/training/test_recipe.py',
+    'tests/resnet/export/test_quantized_export.py',
+    'tests/resnet/training/test_fine_tuning.py',
+    'tests/resnet/test_bad_input.py',
+    'tests/official_input/test_imagenet_input.py',
+)
+
+
+def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
+  missing = [path for path in LONGEST_FIRST if not os.path.isfile(os.path.join(ROOT, path))]
+  if missing:  # a moved file would silently lose its place
+    raise pytest.UsageError(f'tests/conftest.py LONGEST_FIRST names files that are not there: {missing}')
+  rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(item.nodeid.split('::')[0], len(LONGEST_FIRST)))  # stable: the rest in order

@@ -407,6 +407,9 @@ class LeakedImages:
   NEAR_BITS = 8
   BANDS = 16
   SHOWN = 20
+  # A picture with little detail (flat, or a plain background) hashes to few 1 bits (or few 0 bits): two such
+  # unrelated pictures fall within NEAR_BITS of each other. They are matched by their bytes only.
+  MIN_DETAIL_BITS = 32
 
   def __init__(self, drop: bool):
     self.drop = drop
@@ -415,11 +418,15 @@ class LeakedImages:
     self.found: List[Dict[str, Any]] = []
     self._split_of_index: Optional[str] = None
 
-  def _near(self, dhash: int) -> Optional[Tuple[str, str]]:
+  def _detailed(self, dhash: int) -> bool:
+    return self.MIN_DETAIL_BITS <= bin(dhash).count('1') <= 16 * self.BANDS - self.MIN_DETAIL_BITS
+
+  def _near(self, dhash: int, split: str) -> Optional[Tuple[str, str]]:
+    """An image of another split whose hash is within NEAR_BITS (one of this split's would hide it)."""
     for band, index in enumerate(self.bands):
-      for other, split, path in index.get((dhash >> (16 * band)) & 0xFFFF, ()):
-        if bin(dhash ^ other).count('1') <= self.NEAR_BITS:
-          return split, path
+      for other, other_split, path in index.get((dhash >> (16 * band)) & 0xFFFF, ()):
+        if other_split != split and bin(dhash ^ other).count('1') <= self.NEAR_BITS:
+          return other_split, path
     return None
 
   def check(self, split: str, path: str, result: clean_images.CleanedImage) -> Optional[str]:
@@ -428,9 +435,9 @@ class LeakedImages:
     if split != 'train':
       if result.sha256 and result.sha256 in self.by_digest and self.by_digest[result.sha256][0] != split:
         match, kind = self.by_digest[result.sha256], 'identical'
-      elif result.dhash >= 0:
-        near = self._near(result.dhash)
-        if near is not None and near[0] != split:
+      elif result.dhash >= 0 and self._detailed(result.dhash):
+        near = self._near(result.dhash, split)
+        if near is not None:
           match, kind = near, 'near-identical'
     if match is not None:
       self.found.append({'path': path, 'split': split, 'kind': kind, 'same_as': match[1], 'same_as_split': match[0]})
@@ -438,7 +445,7 @@ class LeakedImages:
         return f'{kind} to an image of {match[0]}: {match[1]} (--drop_leaked_images)'
     if result.sha256:
       self.by_digest.setdefault(result.sha256, (split, path))
-    if result.dhash >= 0:
+    if result.dhash >= 0 and self._detailed(result.dhash):
       for band, index in enumerate(self.bands):
         index.setdefault((result.dhash >> (16 * band)) & 0xFFFF, []).append((result.dhash, split, path))
     return None

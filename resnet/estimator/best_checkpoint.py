@@ -94,8 +94,8 @@ class BestCheckpoint:
       return
     best = self._committed = self._read_json(RESULTS_FILE)
     damaged = best is None and tf.io.gfile.exists(os.path.join(self.directory, RESULTS_FILE))
-    if best is not None and not (best.get('best_metric', self.metric) in best and 'global_step' in best
-                                 and self._holds_files(best)):
+    if best is not None and not (_is_number(best.get(best.get('best_metric', self.metric)))
+                                 and _is_number(best.get('global_step')) and self._holds_files(best)):
       logging.warning('%s names checkpoint %r, whose files are not in %s (or the record is incomplete): ignoring '
                       'it.', os.path.join(self.directory, RESULTS_FILE), best.get('best_checkpoint'), self.directory)
       best = self._committed = None
@@ -112,6 +112,11 @@ class BestCheckpoint:
       best = None
     self.best = best
     progress = self._read_json(PROGRESS_FILE) or {}
+    if not isinstance(progress, dict) or not all(_is_number(progress.get(k, 0)) for k in (
+        'evals_without_improvement', 'last_evaluated_step')):
+      logging.warning('%s holds values that are not numbers (damaged?): ignoring it.',
+                      os.path.join(self.directory, PROGRESS_FILE))
+      progress = {}
     if best is not None and progress.get('best_step') == best.get('global_step'):
       self.evals_without_improvement = int(progress.get('evals_without_improvement', 0))
       self.last_evaluated_step = int(progress.get('last_evaluated_step', best['global_step']))
@@ -291,3 +296,8 @@ class BestCheckpoint:
     """True after ``patience`` (> 0) evaluations in a row without improvement."""
     self._agree()
     return patience > 0 and self.best is not None and self.evals_without_improvement >= patience
+
+
+def _is_number(value: Any) -> bool:
+  """A record's number: a damaged record may hold null, a string or a list where a number belongs."""
+  return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -240,10 +240,14 @@ class Checkpoints:
 
 
 def _readable(path: str) -> bool:
+  """The index parses and every data shard it was written with is there (the reader opens shards lazily, so a
+  deleted .data file would otherwise pass until the restore)."""
   if not tf.io.gfile.exists(path + '.index'):
     return False
   try:
     tf.train.load_checkpoint(path)
-    return True
   except tf.errors.OpError:  # DataLossError for a partial index, NotFoundError for a data file not yet renamed
     return False
+  shards = tf.io.gfile.glob(path + '.data-?????-of-?????')
+  count = int(shards[0][-5:]) if shards else 1
+  return len(shards) == count

@@ -12,7 +12,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from absl import logging
 import numpy as np
@@ -212,8 +212,9 @@ class Estimator:
     self.build(ModeKeys.TRAIN)
     if self.checkpoints.holds is None:
       path = self.latest_checkpoint()
-      if path and self.is_chief:  # saving goes on from the checkpoint resumed, not from one that is gone
-        checkpoints_lib.repair_state(self.model_dir, path)
+      # Saving goes on from the checkpoint resumed, not from one that is gone (every worker calls: a collective).
+      self.on_chief(lambda: path and checkpoints_lib.repair_state(self.model_dir, path),
+                    'repair the checkpoint state file')
       self.restore(path)
     if self._train_input is None or self._train_input[0] is not input_fn:
       self._train_input = (input_fn, iter(self.distribute(input_fn, ModeKeys.TRAIN)))
@@ -423,12 +424,14 @@ class Estimator:
     return results
 
   def evaluate_continuously(self, input_fn: InputFn, timeout: Optional[float] = None,
-                            stop_at_step: Optional[int] = None, poll_seconds: float = 1.0,
+                            stop_at_step: Union[int, Callable[[], Optional[int]], None] = None,
+                            poll_seconds: float = 1.0,
                             log_every_seconds: float = 180.0,
                             weights: Optional[Callable[[], ContextManager]] = None,
                             hooks: Sequence[hooks_lib.EvalHook] = (),
                             best: Optional[best_checkpoint.BestCheckpoint] = None) -> Optional[Dict[str, Any]]:
-    """Evaluates each new checkpoint of model_dir until one reaches ``stop_at_step``, or none appears within
+    """Evaluates each new checkpoint of model_dir until one reaches ``stop_at_step`` (a callable is asked again
+    after each evaluation and while waiting: a run may end early while this waits), or none appears within
     ``timeout`` seconds (None: wait forever). While waiting it logs where and how long, every few minutes."""
     last_path, results = None, None
     waiting_since = next_log = time.time()
@@ -452,11 +455,14 @@ class Estimator:
         results = self.evaluate(input_fn, checkpoint_path=path, weights=weights, hooks=hooks)
         if best is not None:
           best.update(results)
-        if stop_at_step is not None and results['global_step'] >= stop_at_step:
+        if self._ends(results, stop_at_step):
           logging.info('Evaluated the final step %d: done.', results['global_step'])
           return results
         waiting_since = next_log = time.time()
         continue
+      if results is not None and self._ends(results, stop_at_step):
+        logging.info('Training ended at step %d, evaluated already: done.', results['global_step'])
+        return results
       if timed_out:
         if results is None:
           raise NoCheckpointError(
@@ -469,6 +475,15 @@ class Estimator:
                      'a new' if last_path else 'a', self.model_dir, _format_seconds(now - waiting_since), limit)
         next_log = now + log_every_seconds
       time.sleep(poll_seconds)
+
+  def _ends(self, results: Mapping[str, Any], stop_at_step: Union[int, Callable[[], Optional[int]], None]) -> bool:
+    """Whether the evaluated step reaches the run's end; several workers take the chief's answer (each reads the
+    end on its own, and one may read it before the others)."""
+    target = stop_at_step() if callable(stop_at_step) else stop_at_step
+    ends = target is not None and results['global_step'] >= target
+    if self.workers > 1:
+      ends, = self.from_chief([ends])
+    return bool(ends)
 
   def _poll(self, timed_out: bool) -> Tuple[Optional[str], bool]:
     """model_dir's latest checkpoint and whether the wait timed out. Several workers take the chief's answer (its

@@ -114,11 +114,6 @@ class TrainLoop:
     self._strategy = strategy
     self._replica_fn = replica_fn
     self._global_step = global_step
-    # The loop carries the last step's scalars and sums the mean scalars, so it needs their names up front: trace
-    # one step (no run).
-    probe = tf.function(lambda element: strategy.run(replica_fn, args=split_element(element)))
-    outputs = probe.get_concrete_function(iterator.element_spec).structured_outputs
-    self.scalar_names, self.mean_names = sorted(outputs[1]), sorted(outputs[2])
 
     def step(iterator):
       loss, scalars, means = strategy.run(replica_fn, args=split_element(next(iterator)))
@@ -142,6 +137,11 @@ class TrainLoop:
 
     # One step without tf.range: profile tools group a while loop by iteration and would find no marked steps.
     self.single_step = tf.function(step)
+    # The loop carries the last step's scalars and sums the mean scalars, so it needs their names up front: the
+    # single step's trace gives them, and is the trace a one-step run then uses (a separate probe of the replica
+    # function would trace the whole model and its gradient once more, seconds at every start).
+    outputs = self.single_step.get_concrete_function(iterator).structured_outputs
+    self.scalar_names, self.mean_names = sorted(outputs[1]), sorted(outputs[2])
     self.loop = tf.function(loop)
 
   def run(self, iterator, num_steps: int) -> Tuple[float, Dict[str, float]]:

@@ -41,7 +41,8 @@ def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optiona
 def best_checkpoint_path(params: Mapping[str, Any],
                          best: Optional[best_checkpoint_lib.BestCheckpoint]) -> Optional[str]:
   """export_best: model_dir/best/'s checkpoint; None (the latest) when best/ is damaged or its files are gone."""
-  if best is None:  # reading only: another job may be updating best/
+  if best is None or best.role == 'follower':  # reading only (another job may be updating best/); a follower
+    # knows only the writer's step and value, not its file: it reads what the writer committed, as the chief has
     best = best_checkpoint_lib.BestCheckpoint(params['model_dir'], params['best_metric'], params['best_metric_goal'],
                                               role='reader')
   checkpoint = best.checkpoint_path

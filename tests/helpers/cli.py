@@ -68,6 +68,7 @@ def run_in_process(*flags: str, base: Sequence[str] = TINY) -> Result:
   from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
   from resnet import console  # pylint: disable=import-outside-toplevel
   from resnet import resnet_main  # pylint: disable=import-outside-toplevel
+  from resnet.estimator import distribution  # pylint: disable=import-outside-toplevel
   if any(f.startswith('--random_seed=') for f in flags):
     raise ValueError('run seeded runs in a subprocess (main_args): deterministic ops cannot be turned off')
   out, err, records = io.StringIO(), io.StringIO(), []
@@ -85,8 +86,12 @@ def run_in_process(*flags: str, base: Sequence[str] = TINY) -> Result:
   def op_error_exit(e):  # the program leaves at once (os._exit); here, a SystemExit with its line
     raise SystemExit(f'error: {console.op_error_summary(e)}')
   console.exit_on_op_error = op_error_exit
-  if not any(f.startswith('--strategy=') for f in (*base, *flags)):
-    flags += ('--strategy=one_device',)  # as in a process of its own: the 2 logical CPUs here are the tests' doing
+  resolve = distribution.resolve_strategy_name
+
+  def as_in_a_process_of_its_own(name, tpu=None, use_tpu=None):  # 'auto' sees the 2 logical CPUs conftest made
+    resolved = resolve(name, tpu, use_tpu)
+    return 'one_device' if resolved == 'mirrored' and name != 'mirrored' else resolved
+  distribution.resolve_strategy_name = as_in_a_process_of_its_own
   try:
     absl_flags.FLAGS.unparse_flags()
     absl_flags.FLAGS(['resnet_main', *base, *flags])
@@ -99,6 +104,7 @@ def run_in_process(*flags: str, base: Sequence[str] = TINY) -> Result:
       err.write(e.code + '\n')
   finally:
     console.exit_on_op_error = original_exit
+    distribution.resolve_strategy_name = resolve
     logger.removeHandler(handler)
     absl_logging.set_verbosity(verbosity)
     absl_flags.FLAGS.unparse_flags()

@@ -157,6 +157,7 @@ def test_policy_same_seed_same_bits_and_different_seeds_differ(name):
   assert any(not np.array_equal(first, other) for other in others)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(POLICIES))
 def test_policy_runs_in_tf_data_map_graph_mode_seeded_and_unseeded(name):
   images = np.stack([_image(24, 24, seed=i) for i in range(4)])

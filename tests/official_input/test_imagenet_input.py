@@ -97,6 +97,7 @@ def _collect(ds: tf.data.Dataset):
   return names, labels, padded, shapes
 
 
+@pytest.mark.slow
 def test_training_batches_have_static_shape_and_requested_dtype(data_dir):
   inp = ii.ImageNetInput(is_training=True, data_dir=data_dir, image_size=SIZE, num_label_classes=NUM_CLASSES,
                          dtype=tf.bfloat16, seed=1)
@@ -118,6 +119,7 @@ def test_basic_pipeline_yields_the_same_structure(data_dir):
   assert labels.shape == (4,)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('num_classes,offset', [(NUM_CLASSES, 1), (1001, 0)])
 def test_stored_labels_are_shifted_to_zero_based_unless_background_class(data_dir, num_classes, offset):
   stored = _stored_labels(data_dir, 'validation')
@@ -125,6 +127,7 @@ def test_stored_labels_are_shifted_to_zero_based_unless_background_class(data_di
   assert names and all(label == stored[name] - offset for name, label in zip(names, labels))
 
 
+@pytest.mark.slow
 def test_eval_sees_every_record_exactly_once_padded_and_in_a_fixed_order(data_dir):
   stored = _stored_labels(data_dir, 'validation')
   inp = _eval_input(data_dir)
@@ -142,6 +145,7 @@ def test_eval_pads_batch_count_to_a_multiple_of_the_replicas_of_a_pipeline(data_
   assert len(names) == 13 and (len(names) + padded) % (2 * 3) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('num_pipelines', [2, 6])  # 3 validation files: file sharding, then record sharding
 def test_input_pipelines_see_disjoint_records_that_cover_the_split(data_dir, num_pipelines):
   stored = _stored_labels(data_dir, 'validation')
@@ -154,6 +158,7 @@ def test_input_pipelines_see_disjoint_records_that_cover_the_split(data_dir, num
   assert sum(len(s) for s in seen) == len(stored)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('num_pipelines', [2, 5])  # 4 train files
 def test_training_reads_are_sharded_disjointly(data_dir, num_pipelines):
   inp = ii.ImageNetInput(is_training=True, data_dir=data_dir, image_size=SIZE, num_label_classes=NUM_CLASSES,
@@ -168,6 +173,7 @@ def test_training_reads_are_sharded_disjointly(data_dir, num_pipelines):
   assert sum(len(s) for s in seen) == len(set().union(*seen)) == 24
 
 
+@pytest.mark.slow
 def test_corrupt_records_are_skipped_and_counted_in_a_distributed_training_loop(corrupt_dir):
   inp = ii.ImageNetInput(is_training=True, data_dir=corrupt_dir, image_size=SIZE, num_label_classes=NUM_CLASSES,
                          shuffle_buffer_size=16)
@@ -190,6 +196,7 @@ def test_corrupt_records_are_skipped_and_counted_in_a_distributed_training_loop(
   assert all(count > 0 for count in inp.skipped_by_reason.values()), inp.skipped_by_reason
 
 
+@pytest.mark.slow
 def test_eval_skips_bad_records_reports_them_and_keeps_every_good_one(corrupt_dir):
   inp = _eval_input(corrupt_dir)
   names, _, _, shapes = _collect(inp.input_fn({'batch_size': 4}))
@@ -213,6 +220,7 @@ def test_a_damaged_shard_ends_early_instead_of_failing(data_dir, tmp_path):
   assert inp.lost_records == 0 and inp.skipped_records == 0
 
 
+@pytest.mark.slow
 def test_training_fails_clearly_instead_of_spinning_when_all_records_are_bad(tmp_path, monkeypatch):
   monkeypatch.setattr(ii, 'MAX_CONSECUTIVE_BAD', 6)
   _write_records(str(tmp_path / 'train-00000-of-00001'),
@@ -251,6 +259,7 @@ def test_missing_files_error_names_the_pattern_and_the_fix(tmp_path):
   assert 'make_fake_imagenet' in str(error.value) and 'imagenet_to_gcs' in str(error.value)
 
 
+@pytest.mark.slow
 def test_from_params_reads_the_run_params(data_dir):
   params = run_params.make_params({
       'data_dir': data_dir, 'image_size': 40, 'num_label_classes': 1001, 'precision': 'bfloat16',
@@ -267,6 +276,7 @@ def test_from_params_reads_the_run_params(data_dir):
   assert features['image'].shape == (2, 40, 40, 3) and labels.shape == (2,)
 
 
+@pytest.mark.slow
 def test_image_files_input_predicts_over_a_glob(tmp_path):
   rng = np.random.default_rng(0)
   for i, fmt in enumerate(['JPEG', 'PNG', 'JPEG']):
@@ -283,6 +293,7 @@ def test_image_files_input_predicts_over_a_glob(tmp_path):
     ii.ImageFilesInput(str(tmp_path / 'nothing*.jpg')).input_fn({'batch_size': 2})
 
 
+@pytest.mark.slow
 def test_a_label_beyond_num_label_classes_is_an_error_naming_the_fix(tmp_path):
   good = [_example(_jpeg(i), 1 + i % NUM_CLASSES, 'good_%02d.JPEG' % i) for i in range(6)]
   _write_records(str(tmp_path / 'train-00000-of-00001'),
@@ -346,6 +357,7 @@ def _damaged_validation(path: str, with_summary: bool) -> tuple:
   return shard, full, cut
 
 
+@pytest.mark.slow
 def test_a_shard_cut_mid_record_is_named_and_its_lost_records_counted_apart_from_bad_images(tmp_path, caplog,
                                                                                              capfd):
   shard, full, cut = _damaged_validation(str(tmp_path), with_summary=True)
@@ -386,6 +398,7 @@ def test_a_size_mismatch_with_summary_json_fails_before_reading_when_fail_on_dat
   assert 'Re-copy the shard' in message and 'imagenet_to_gcs' in message
 
 
+@pytest.mark.slow
 def test_fail_on_data_loss_stops_training_at_a_damaged_shard_naming_it_and_the_fix(tmp_path):
   shard, _, _ = _damaged_validation(str(tmp_path), with_summary=False)
   os.rename(shard, str(tmp_path / 'train-00000-of-00001'))
@@ -401,6 +414,7 @@ def test_fail_on_data_loss_stops_training_at_a_damaged_shard_naming_it_and_the_f
   assert list(inp.damaged_files) == [str(tmp_path / 'train-00000-of-00001')]
 
 
+@pytest.mark.slow
 def test_a_corrupt_record_in_the_middle_of_a_shard_loses_the_rest_of_that_shard(tmp_path):
   a = _good_records('a', 8)
   _write_dataset(str(tmp_path), {'validation-00000-of-00001': a})
@@ -417,6 +431,7 @@ def test_a_corrupt_record_in_the_middle_of_a_shard_loses_the_rest_of_that_shard(
   assert inp.last_read_report == ii.ReadReport(read=3, expected=8, good=3, bad=0, lost=5)
 
 
+@pytest.mark.slow
 def test_eval_reports_records_read_against_summary_json(tmp_path):
   _write_dataset(str(tmp_path), {'validation-00000-of-00002': _good_records('a', 6),
                                  'validation-00001-of-00002': _good_records('b', 7, seed=30)})
@@ -457,6 +472,7 @@ def _first_batches(data_dir: str, seed, n: int = 8):
   return [(images.numpy(), labels.numpy()) for images, labels in inp.input_fn({'batch_size': 4}).take(n)]
 
 
+@pytest.mark.slow
 def test_seeded_training_input_gives_bitwise_identical_batches_and_unseeded_still_works(data_dir):
   first = _first_batches(data_dir, seed=11)  # 32 records: past the end of the 24-record epoch
   second = _first_batches(data_dir, seed=11)
@@ -470,6 +486,7 @@ def test_seeded_training_input_gives_bitwise_identical_batches_and_unseeded_stil
              for images, labels in unseeded)
 
 
+@pytest.mark.slow
 def test_seeded_augmentation_differs_between_records_of_the_same_image(tmp_path):
   """Per-record seeds: six copies of one image get six different crops (one shared seed would repeat one crop)."""
   encoded = _jpeg(5, size=48)
@@ -482,6 +499,7 @@ def test_seeded_augmentation_differs_between_records_of_the_same_image(tmp_path)
   assert len({image.tobytes() for image in images.numpy()}) == 6
 
 
+@pytest.mark.slow
 def test_one_class_more_than_the_data_keeps_stored_labels_as_a_background_class(tmp_path):
   records = _good_records('a', 5)  # stored labels 1..5
   _write_dataset(str(tmp_path), {'validation-00000-of-00001': records})
@@ -501,6 +519,7 @@ def test_num_eval_images_evaluates_the_first_n_records(data_dir):
   assert len(names) == 5 and padded == 3  # 13 in the split; padding (label -1) fills the last batch
 
 
+@pytest.mark.slow
 def test_fast_jpeg_decode_param_decodes_large_crops_at_reduced_scale(tmp_path):
   """A 512 px photo cropped whole to 64 px: fast_jpeg_decode takes the 1/4-scale path, close to the exact one."""
   y, x = np.mgrid[0:512, 0:512]

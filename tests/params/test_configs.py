@@ -12,6 +12,8 @@ import pytest
 from resnet import resnet_flags
 from tests.helpers import cli
 
+pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
+
 CONFIGS = sorted(glob.glob(os.path.join(resnet_flags.CONFIG_DIR, '*.yaml')))
 TINY = ['--resnet_depth=18', '--image_size=32', '--train_batch_size=8', '--eval_batch_size=8',
         '--predict_batch_size=8', '--train_steps=2', '--iterations_per_loop=1', '--steps_per_eval=2',

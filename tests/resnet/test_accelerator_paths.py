@@ -13,6 +13,8 @@ from resnet.estimator import loops
 from resnet.estimator.spec import ModeKeys
 from tests.helpers import tiny
 
+pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
+
 # What a TPU cannot hold: 64-bit floats, strings, resources passed as data, complex numbers.
 TPU_UNSUPPORTED = {tf.float64.as_datatype_enum, tf.string.as_datatype_enum, tf.complex64.as_datatype_enum,
                    tf.complex128.as_datatype_enum}

@@ -28,6 +28,8 @@ from official_input import imagenet_input
 from resnet import run_params
 from tests.helpers import cli
 
+pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
+
 
 def _tree_digest(path: str) -> dict:
   digests = {}
@@ -38,9 +40,9 @@ def _tree_digest(path: str) -> dict:
 
 
 @pytest.fixture(scope='module')
-def runs(tmp_path_factory):
+def runs(module_tmp):
   """Every CLI case of this module, run once; returns {name: (Proc, details)}."""
-  root = tmp_path_factory.mktemp('bad_input')
+  root = module_tmp.mktemp('bad_input')
   model_dir, data_dir, _ = cli.shared_trained_run()
   details = {}
 

@@ -3,8 +3,11 @@ import os
 
 import numpy as np
 
+import pytest
 from tests.helpers import cli
 from tests.helpers import procs
+
+pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
 
 
 def _train(data_dir: str, model_dir: str, log: str, *extra: str) -> dict:

@@ -37,7 +37,7 @@ def _run_dir(tmp_path, values):
 
 
 def test_every_value_a_finished_run_supplies_is_taken_and_logged(tmp_path, caplog):
-  caplog.set_level(logging.INFO)
+  caplog.set_level(logging.INFO, logger='absl')  # its level, which flag parsing elsewhere may have raised
   assert set(RECORDED) <= set(finished_run.SUPPLIED_KEYS)
   assert set(resnet_config.MODEL_PARAMS) <= set(RECORDED)
   run = _run_dir(tmp_path, RECORDED)
@@ -52,7 +52,7 @@ def test_every_value_a_finished_run_supplies_is_taken_and_logged(tmp_path, caplo
 
 
 def test_a_value_the_user_gives_wins_and_is_logged_as_given(tmp_path, caplog):
-  caplog.set_level(logging.INFO)
+  caplog.set_level(logging.INFO, logger='absl')  # its level, which flag parsing elsewhere may have raised
   run = _run_dir(tmp_path, dict(resnet_depth=18, precision='float32', image_size=96))
   params = run_params.make_params({'model_dir': str(run), 'precision': 'bfloat16', 'image_size': 64},
                                   fill_from_data=False, from_run=['model_dir', 'precision', 'image_size'])
@@ -80,10 +80,10 @@ def test_data_dir_and_labels_file_are_taken_each_on_its_own(tmp_path):
 
 
 @pytest.fixture(scope='module')
-def finished(tmp_path_factory):
+def finished(module_tmp):
   """A copy of the session's tiny finished run (trained on 4 classes of records, float32), its data beside it."""
   model_dir, data_dir, _ = cli.shared_trained_run()
-  root = tmp_path_factory.mktemp('finished')
+  root = module_tmp.mktemp('finished')
   shutil.copytree(model_dir, root / 'run', ignore=shutil.ignore_patterns('export'))
   return root / 'run', data_dir
 
@@ -92,6 +92,7 @@ def _eval(run, *flags):
   return cli.run_in_process(f'--model_dir={run}', '--mode=eval', '--eval_timeout=90', *flags, base=())
 
 
+@pytest.mark.slow
 def test_eval_of_a_finished_run_evaluates_its_final_step_and_returns(finished):
   run, _ = finished
   result = _eval(run)
@@ -100,6 +101,7 @@ def test_eval_of_a_finished_run_evaluates_its_final_step_and_returns(finished):
   assert 'train_steps=5' in result.log and 'over 16 examples' in result.log
 
 
+@pytest.mark.slow
 def test_eval_with_a_labels_file_still_reads_the_runs_validation_records(finished, tmp_path):
   run, data_dir = finished
   labels = tmp_path / 'labels.txt'
@@ -109,6 +111,7 @@ def test_eval_with_a_labels_file_still_reads_the_runs_validation_records(finishe
   assert 'over 16 examples' in result.log and 'on synthetic data' not in result.log
 
 
+@pytest.mark.slow
 def test_synthetic_data_never_stands_in_for_the_runs_records(finished):
   run, _ = finished
   before = (run / 'eval_results.json').read_bytes() if (run / 'eval_results.json').exists() else None
@@ -121,6 +124,7 @@ def test_synthetic_data_never_stands_in_for_the_runs_records(finished):
   assert after == before and not (run / 'predictions.csv').exists()
 
 
+@pytest.mark.slow
 def test_export_of_a_float32_run_is_a_float32_saved_model(finished, tmp_path):
   run, _ = finished
   result = cli.run_in_process(f'--model_dir={run}', '--mode=export', f'--export_dir={tmp_path / "export"}', base=())
@@ -132,6 +136,7 @@ def test_export_of_a_float32_run_is_a_float32_saved_model(finished, tmp_path):
   assert tf.bfloat16 not in dtypes   # the default precision would have cast to bfloat16
 
 
+@pytest.mark.slow
 def test_predict_names_the_classes_after_the_data_moved(finished, tmp_path):
   run, data_dir = finished
   assert (run / 'labels.txt').read_text() == open(os.path.join(data_dir, 'labels.txt')).read()  # the run's record
@@ -151,6 +156,7 @@ def test_predict_names_the_classes_after_the_data_moved(finished, tmp_path):
   assert len(rows) == 3 and all(row.split(',')[4].startswith('class_') for row in rows)
 
 
+@pytest.mark.slow
 def test_a_run_copied_without_params_yaml_is_refused_naming_its_architecture(finished, tmp_path):
   run, data_dir = finished
   copy = tmp_path / 'run'
@@ -165,8 +171,8 @@ def test_a_run_copied_without_params_yaml_is_refused_naming_its_architecture(fin
   assert 'Received incompatible tensor' not in result.log and 'could not be found' not in result.log
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_architecture_is_refused_naming_both(finished, tmp_path):
-  from resnet.model import resnet_model  # pylint: disable=import-outside-toplevel
   other = tmp_path / 'resnet34'
   other.mkdir()
   (other / 'params.yaml').write_text('resnet_depth: 34\nnum_label_classes: 4\n')
@@ -178,3 +184,15 @@ def test_a_checkpoint_of_another_architecture_is_refused_naming_both(finished, t
   assert 'holds another model than these params build' in error
   assert f"{other}/params.yaml says resnet_depth=34 (these params: 18)" in error
   assert f'--model_dir={other}' in error and '--resnet_depth=34' in error
+
+
+def test_a_run_without_its_params_yaml_is_not_evaluated_on_synthetic_data(tmp_path):
+  """Which data such a run trained on is unknown: synthetic images would stand in for its records unnoticed."""
+  for suffix in ('.index', '.data-00000-of-00001'):
+    (tmp_path / f'model.ckpt-5{suffix}').write_text('')
+  params = dict(model_dir=str(tmp_path), data_dir=None, predict_input=None)
+  for mode in ('eval', 'predict'):
+    with pytest.raises(ValueError, match=f'--mode={mode}: the run in .* has no readable params.yaml'):
+      finished_run.check_data(params, mode)
+  (tmp_path / 'params.yaml').write_text('data_dir: null\n')  # a run that trained on synthetic data says so
+  finished_run.check_data(params, 'eval')

@@ -11,14 +11,15 @@ from tests.helpers import tiny
 
 
 @pytest.fixture(scope='module')
-def trained_copy(tmp_path_factory):
+def trained_copy(module_tmp):
   """A copy of the shared trained run (ResNet-18, 4 classes), so that tests may try to damage it."""
   source, _, _ = cli.shared_trained_run()
-  target = str(tmp_path_factory.mktemp('copy') / 'run')
+  target = str(module_tmp.mktemp('copy') / 'run')
   shutil.copytree(source, target)
   return target
 
 
+@pytest.mark.slow
 def test_rerun_with_another_depth_fails_before_writing_and_names_both_values(trained_copy, tmp_path):
   params_file = os.path.join(trained_copy, 'params.yaml')
   before = open(params_file, 'rb').read()
@@ -90,3 +91,20 @@ def test_eval_mode_checks_without_recording(tmp_path):
   model_dir = str(tmp_path)
   model_dir_lib.check_and_record(_params(model_dir, num_label_classes=4), record=False)
   assert not os.path.exists(os.path.join(model_dir, 'params.yaml'))
+
+
+def test_a_damaged_params_yaml_is_set_aside_once_whichever_worker_comes_first(tmp_path, monkeypatch):
+  """Every worker records params.yaml; the one that finds the damaged file already moved by another goes on."""
+  model_dir = str(tmp_path)
+  (tmp_path / 'params.yaml').write_bytes(b'\xf7\x00 not yaml')
+  rename = model_dir_lib.tf.io.gfile.rename
+
+  def another_worker_first(src, dst, overwrite=False):
+    if src.endswith('/params.yaml'):
+      rename(src, dst, overwrite)                      # the other worker's rename ...
+    rename(src, dst + ('.again' if src.endswith('/params.yaml') else ''), overwrite)  # ... then this one's
+  monkeypatch.setattr(model_dir_lib.tf.io.gfile, 'rename', another_worker_first)
+  model_dir_lib.check_and_record(_params(model_dir, train_steps=10), record=True)
+  assert 'train_steps: 10' in (tmp_path / 'params.yaml').read_text()
+  (kept,) = os.listdir(tmp_path / model_dir_lib.HISTORY_DIR)
+  assert (tmp_path / model_dir_lib.HISTORY_DIR / kept).read_bytes() == b'\xf7\x00 not yaml'

@@ -11,6 +11,8 @@ from resnet.training import resnet_model_fn
 from tests.helpers import cli
 from tests.helpers import tiny
 
+pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
+
 OPTIONS = {
     'lars_ema_randaugment_warmup': dict(enable_lars=True, moving_average_decay=0.9, export_moving_average=True,
                                         augment_name='randaugment', add_warmup_requests=True,

@@ -413,6 +413,7 @@ def test_params_given_for_another_mode_are_named_by_their_own_modes():
       'predict_top_k does nothing in --mode=train (it acts in --mode=predict)']
 
 
+@pytest.mark.slow
 def test_the_cli_warns_about_a_param_its_mode_ignores(tmp_path):
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel

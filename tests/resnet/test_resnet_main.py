@@ -13,6 +13,8 @@ from resnet import params_files
 from resnet import run_params
 from tests.helpers import procs
 
+pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
+
 ROOT = procs.ROOT
 TINY = ['--resnet_depth=18', '--image_size=32', '--num_label_classes=4', '--precision=float32',
         '--train_batch_size=8', '--eval_batch_size=8', '--predict_batch_size=8', '--iterations_per_loop=3',
@@ -30,10 +32,10 @@ def run_here(*args):
 
 
 @pytest.fixture(scope='module')
-def trained(records, tmp_path_factory):
+def trained(records, module_tmp):
   """One train_and_eval run shared by the tests below: 6 steps in chunks of 3, with an export of the best
   checkpoint, balanced class weights, and the ImageNet schedule on small data (which draws the advice)."""
-  model_dir = str(tmp_path_factory.mktemp('run'))
+  model_dir = str(module_tmp.mktemp('run'))
   proc = run_main('--mode=train_and_eval', f'--data_dir={records}', f'--model_dir={model_dir}',
                   '--train_steps=6', '--steps_per_eval=3', '--num_eval_images=4',
                   f'--export_dir={model_dir}/export', *TINY, '--lr_schedule=stepwise', '--class_weights=balanced',

@@ -3,7 +3,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -25,6 +24,7 @@ def _hold(model_dir: str) -> subprocess.Popen:
   return proc
 
 
+@pytest.mark.slow
 def test_a_second_trainer_is_refused_naming_the_first_and_a_killed_run_frees_the_model_dir(tmp_path):
   model_dir = str(tmp_path / 'run')
   holder = _hold(model_dir)

@@ -48,6 +48,7 @@ def test_keras_pipeline_resizes_flips_and_shifts_labels_to_zero_based(tmp_path):
   assert (images[:, :, 0, 0].numpy() < 10).all()  # eval: never flipped
 
 
+@pytest.mark.slow
 def test_tiny_run_prints_both_rows_with_numbers(tmp_path):
   # 2 classes x 16 drawn images split 13/2/1 per class: 26 train images. Ours: 6 steps of 4 = 24 images.
   # Keras: round(24 / 26) = 1 epoch = ceil(26 / 4) = 7 batches, 26 images.

@@ -537,3 +537,23 @@ def test_images_too_small_to_crop_are_skipped_with_why_and_counted(tmp_path):
   assert sorted(os.path.basename(e['path']) for e in small) == ['spacer.gif', 'spacer.gif', 'strip.png']
   assert "(1x1 px; the trainer's crop needs at least 2 px a side" in small[0]['reason']
   assert summary['skipped_counts'] == {'too small to crop': 3}
+
+
+def test_leaks_are_matched_across_splits_only_and_plain_pictures_by_their_bytes():
+  """Validation A and B are both re-encodes of train T: B is reported though A (its own split) is nearer. Two
+  unrelated plain pictures hash within a few bits of each other: they are not called copies."""
+  leaks = conv.LeakedImages(drop=False)
+  rng = np.random.default_rng(0)
+  detailed = int(''.join(rng.choice(['0', '1'], 256)), 2)
+
+  def image(sha, dhash):
+    return clean_images.CleanedImage(b'x', 8, 8, sha256=sha, dhash=dhash)
+  assert leaks.check('train', 't.jpg', image('t', detailed)) is None
+  leaks.check('validation', 'a.jpg', image('a', detailed ^ 1))
+  leaks.check('validation', 'b.jpg', image('b', detailed ^ 1 ^ (1 << 20)))  # its first band is a's, not t's
+  assert [(f['path'], f['same_as']) for f in leaks.found] == [('a.jpg', 't.jpg'), ('b.jpg', 't.jpg')]
+  plain = conv.LeakedImages(drop=True)
+  plain.check('train', 'white.jpg', image('w', 0b1))
+  assert plain.check('validation', 'other_white.jpg', image('o', 0b110)) is None and not plain.found
+  plain.check('train', 'flat.jpg', image('same-bytes', 0))
+  assert plain.check('validation', 'flat_copy.jpg', image('same-bytes', 0)).startswith('identical to an image of train')

@@ -1,5 +1,4 @@
 """Tests for tools/input_benchmark.py: the bound's arithmetic, a tiny real run of every row, the large-photo mode."""
-import os
 import subprocess
 import sys
 
@@ -52,6 +51,7 @@ def tiny_records(tmp_path_factory):
   return out
 
 
+@pytest.mark.slow
 def test_tiny_run_reports_every_row_against_the_measured_single_thread_cost(tiny_records):
   results = ib.run_benchmark(tiny_records, batch_size=2, image_size=16, num_batches=2, warmup_batches=1,
                              repeats=1, cores=3, probe_seconds=0.05)
@@ -69,6 +69,7 @@ def test_tiny_run_reports_every_row_against_the_measured_single_thread_cost(tiny
   assert 'optimized / bound' in table and 'optimized / basic' in table
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(ib.augment_unsupported_reason() is not None, reason=str(ib.augment_unsupported_reason()))
 def test_augment_rows_report_their_extra_cost_per_image(tiny_records):
   results = ib.run_benchmark(tiny_records, batch_size=2, image_size=16, num_batches=2, warmup_batches=1,
@@ -80,6 +81,7 @@ def test_augment_rows_report_their_extra_cost_per_image(tiny_records):
   assert row['bound_img_s'] == pytest.approx(2000.0 / results[f'{ib.SINGLE} +randaugment']['cpu_ms'])
 
 
+@pytest.mark.slow
 def test_large_photo_mode_converts_twice_and_compares_the_pipelines(tmp_path):
   results = ib.run_large_photos(str(tmp_path), num_photos=4, max_image_side=32, width=160, height=120,
                                 batch_size=2, image_size=16, num_batches=2, warmup_batches=1, repeats=1, cores=2,
@@ -93,6 +95,7 @@ def test_large_photo_mode_converts_twice_and_compares_the_pipelines(tmp_path):
   assert 'resized / full: %.1fx' % (results['resized']['img_s'] / results['full']['img_s']) in table
 
 
+@pytest.mark.slow
 def test_cli_prints_every_row_with_the_percent_of_bound_column():
   out = subprocess.run(
       [sys.executable, '-m', 'tools.input_benchmark', '--num_fake_images=8', '--batch_size=2', '--image_size=16',

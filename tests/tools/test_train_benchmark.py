@@ -221,6 +221,7 @@ def test_torch_row_and_machine_import_neither_tensorflow_nor_the_project():
                      'dataclasses', 're', 'resource', 'statistics'}, (module, names)
 
 
+@pytest.mark.slow
 def test_ceilings_are_measured_for_both_precisions():
   measured = ceilings.measure_ceilings(batch_size=2)
   assert set(measured) == {'matmul', 'conv'}
@@ -325,6 +326,7 @@ def test_depth_without_keras_application_says_so(monkeypatch):
   assert 'No keras.applications row' in text and 'n/a   ours vs Keras fit' in text
 
 
+@pytest.mark.slow
 def test_tiny_run_measures_every_row_three_times(tmp_path):
   """ResNet-18 at 32 px, each row over 3 windows; the determinism row runs in a child process. The baseline is
   keras.applications' MobileNet, the cheapest to build and trace (there is no ResNet-18 there). The XLA and recipe

@@ -109,7 +109,8 @@ def test_a_stop_between_the_commit_and_progress_json_neither_reevaluates_nor_sto
   assert resumed.value == 0.7 and not resumed.needs_evaluation(6) and resumed.evals_without_improvement == 0
 
 
-@pytest.mark.parametrize('damage', ['not json', 'files gone', 'a list', 'binary', 'empty', 'a directory'])
+@pytest.mark.parametrize('damage', ['not json', 'files gone', 'a list', 'binary', 'empty', 'a directory',
+                                    'a null metric'])
 def test_a_damaged_best_record_warns_keeps_every_file_and_is_rebuilt(tmp_path, caplog, damage):
   best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
   best.update(_results(tmp_path, 2, 0.5))
@@ -118,6 +119,9 @@ def test_a_damaged_best_record_warns_keeps_every_file_and_is_rebuilt(tmp_path, c
     (best_dir / 'eval_results.json').write_text('{"top_1_accuracy": 0.5, "glo')
   elif damage == 'a list':
     (best_dir / 'eval_results.json').write_text('[1, 2]')
+  elif damage == 'a null metric':  # valid JSON, a null where the number belongs: comparing with it would crash
+    record = json.loads((best_dir / 'eval_results.json').read_text())
+    (best_dir / 'eval_results.json').write_text(json.dumps(dict(record, top_1_accuracy=None)))
   elif damage == 'binary':
     (best_dir / 'eval_results.json').write_bytes(bytes(range(256)) * 4)
   elif damage == 'empty':
@@ -140,7 +144,7 @@ def test_a_damaged_best_record_warns_keeps_every_file_and_is_rebuilt(tmp_path, c
     assert (aside / 'note.txt').read_text() == 'mine'
 
 
-@pytest.mark.parametrize('damage', ['binary', 'a directory'])
+@pytest.mark.parametrize('damage', ['binary', 'a directory', 'nulls', 'a list'])
 def test_a_damaged_progress_record_is_ignored_and_rewritten(tmp_path, caplog, damage):
   best = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
   best.update(_results(tmp_path, 2, 0.5))
@@ -148,6 +152,10 @@ def test_a_damaged_progress_record_is_ignored_and_rewritten(tmp_path, caplog, da
   progress.unlink()
   if damage == 'binary':
     progress.write_bytes(b'\xf7\x00\xff' * 10)
+  elif damage == 'nulls':
+    progress.write_text('{"best_step": 2, "evals_without_improvement": null, "last_evaluated_step": 2}')
+  elif damage == 'a list':
+    progress.write_text('[2, 0]')
   else:
     progress.mkdir()
   resumed = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
@@ -224,6 +232,7 @@ def test_a_writer_that_fails_to_keep_a_best_stops_every_worker(tmp_path, monkeyp
     follower.update(results)
 
 
+@pytest.mark.slow
 def test_early_stopping_after_evals_without_improvement_and_a_resumed_run_keeps_the_best(tmp_path):
   # No learning (a learning rate of 0): the accuracy stays the same, so never improves after the first evaluation.
   def run():

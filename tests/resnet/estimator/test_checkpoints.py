@@ -7,7 +7,7 @@ import tensorflow as tf
 from resnet.estimator import checkpoints
 from resnet.estimator import files
 from resnet.estimator.checkpoints import checkpoint_step
-from tests.helpers.toy import eval_input, make_runner, train_input
+from tests.helpers.toy import make_runner, train_input
 
 
 def test_a_failed_checkpoint_keeps_the_last_complete_one(tmp_path, monkeypatch):
@@ -60,3 +60,11 @@ def test_checkpoint_files_without_a_complete_checkpoint_stop_the_run_naming_them
   assert 'model.ckpt-4 (no model.ckpt-4.index), model.ckpt-2 (no model.ckpt-2.index)' in str(error.value)
   assert 'Nothing was started over them' in str(error.value)
   assert sorted(p.name for p in tmp_path.iterdir()) == before   # nothing written over them
+
+
+def test_a_checkpoint_whose_data_file_is_gone_is_not_the_newest_complete_one(tmp_path):
+  """The index alone parses (the reader opens data files only when a value is read): the data file is checked too."""
+  _train_to(tmp_path, 4)
+  (tmp_path / 'model.ckpt-4.data-00000-of-00001').unlink()
+  resumed = make_runner(tmp_path, iterations_per_loop=2, save_checkpoints_steps=2, keep_checkpoint_max=5)
+  assert resumed.latest_checkpoint() == str(tmp_path / 'model.ckpt-2')

@@ -144,6 +144,7 @@ def test_use_tpu_without_any_tpu_is_a_clear_error_not_a_crash(no_cluster_env):
     distribution.get_strategy('auto', use_tpu=True)
 
 
+@pytest.mark.slow
 def test_cli_with_an_unreachable_tpu_exits_within_a_minute_with_the_message(tmp_path):
   address = f'grpc://127.0.0.1:{procs.closed_port()}'
   start = time.time()
@@ -159,6 +160,7 @@ def test_cli_with_an_unreachable_tpu_exits_within_a_minute_with_the_message(tmp_
   assert not tf.io.gfile.glob(str(tmp_path / 'model' / 'model.ckpt-*'))
 
 
+@pytest.mark.slow
 def test_cli_with_use_tpu_false_and_auto_trains_on_cpu():
   model_dir, _, log = cli.shared_trained_run()  # --use_tpu=false, strategy auto (the default), CPU only
   assert 'Strategy: OneDeviceStrategy with 1 replica(s) on CPU' in log

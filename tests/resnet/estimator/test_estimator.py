@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from absl import logging
 import numpy as np
@@ -16,6 +17,7 @@ from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.checkpoints import checkpoint_step
 from resnet.estimator.spec import ModeKeys, ServingInput
 from tests.helpers import procs
+from tests.helpers import toy
 
 from tests.helpers.toy import X, Y, eval_input, make_runner, train_input, two_device_strategy
 
@@ -28,6 +30,26 @@ def test_training_lowers_the_loss_and_checkpoints_on_schedule(tmp_path):
   steps = sorted(checkpoint_step(p) for p in tf.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths)
   assert steps == [40, 60]  # saved at 10 (end), 20, 40, 60; only the last 2 kept
   assert os.path.exists(tmp_path / 'model.ckpt-60.index')
+
+
+def test_the_train_step_is_traced_once_for_one_step_loops_and_once_more_for_longer_ones(tmp_path):
+  """Tracing the model and its gradient costs seconds at every start: the loop learns its outputs' names from the
+  single step's own trace (a separate probe traced the step once more)."""
+  traces = []
+
+  def counting_model_fn(features, labels, mode, params):
+    if mode == ModeKeys.TRAIN and features is not None:
+      traces.append(mode)  # Python runs once per trace
+    return toy.toy_model_fn(features, labels, mode, params)
+  runner = E.Estimator(counting_model_fn, toy.RunConfig(model_dir=str(tmp_path), train_batch_size=8,
+                                                         iterations_per_loop=1), {})
+  runner.train(train_input, max_steps=3)
+  assert len(traces) == 1
+  runner = E.Estimator(counting_model_fn, toy.RunConfig(model_dir=str(tmp_path / 'loops'), train_batch_size=8,
+                                                         iterations_per_loop=4), {})
+  traces.clear()
+  runner.train(train_input, max_steps=5)  # a loop of 4, then one step
+  assert len(traces) == 2
 
 
 def test_resume_continues_at_saved_step_with_same_weights_and_optimizer_state(tmp_path):
@@ -188,6 +210,7 @@ def test_request_stop_ends_training_mid_loop_with_a_checkpoint_at_that_step(tmp_
   assert int(runner.global_step.numpy()) == 50
 
 
+@pytest.mark.slow
 def test_constructing_an_estimator_leaves_op_determinism_to_the_program(tmp_path):
   """Deterministic ops are process-wide and cannot be undone, so constructing an Estimator must not turn them on;
   the program does, with resnet.determinism. In a fresh process: earlier tests must not decide the answer."""
@@ -208,6 +231,17 @@ def test_continuous_eval_logs_where_and_how_long_it_waits(tmp_path, monkeypatch)
   waits = [line for line in lines if line.startswith('Waiting for a checkpoint in')]
   assert len(waits) >= 2, lines
   assert str(tmp_path) in waits[0] and 'up to 0.6 s' in waits[0]
+
+
+def test_continuous_eval_ends_when_the_run_ends_early_while_it_waits(tmp_path):
+  """The run's end is asked again while waiting: a train_and_eval that stops early after the step evaluated last
+  writes no further checkpoint, and eval would wait for one forever."""
+  make_runner(tmp_path).train(train_input, max_steps=10)
+  ends = iter([20] + [10] * 1000)  # train_steps at first; then the run records that it ended at step 10
+  start = time.time()
+  results = make_runner(tmp_path).evaluate_continuously(eval_input, timeout=60, poll_seconds=0.05,
+                                                         stop_at_step=lambda: next(ends))
+  assert results['global_step'] == 10 and time.time() - start < 30
 
 
 def test_a_failed_export_leaves_no_version_directory(tmp_path, monkeypatch):

@@ -27,6 +27,8 @@ from tests.helpers import cli
 from tests.helpers import designed_data
 from tests.helpers import procs
 
+pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
+
 TIMEOUT = 300  # for all processes of a test together; typically 30-60 s on 2 busy cores
 STEPS = 4
 # MultiWorkerMirroredStrategy's class is named CollectiveAllReduceStrategy.
@@ -343,20 +345,25 @@ def finished_run_copy(tmp_path):
   return target, data_dir
 
 
-@pytest.mark.parametrize('what', ['eval_results.json', 'best/progress.json'])
+@pytest.mark.parametrize('what', ['eval_results.json', 'best/progress.json', 'labels.txt'])
 def test_a_write_the_chief_fails_stops_every_worker_with_it(tmp_path, finished_run_copy, what):
   """A full disk on the chief, for a write it does for all: before, the chief raised alone (the others went on to
-  their next collective, or exited 0)."""
+  their next collective, or exited 0). labels.txt: the run's record of its class names, when training resumes."""
   model_dir, data_dir = finished_run_copy
-  runs = _worker_runs(tmp_path, 'w', 2, ['--mode=eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}',
-                                         '--eval_timeout=60'], dump=False)
+  if what == 'labels.txt':
+    os.remove(model_dir / what)  # written again when training starts
+    mode = ['--mode=train', '--train_steps=7', '--iterations_per_loop=2']
+  else:
+    mode = ['--mode=eval', '--eval_timeout=60']
+  runs = _worker_runs(tmp_path, 'w', 2, [*mode, f'--data_dir={data_dir}', f'--model_dir={model_dir}'], dump=False)
   runs[0] = (runs[0][0], runs[0][1], {**runs[0][2], 'FAIL_WRITE': os.path.join(str(model_dir), what)})
   ended = _finish_all(runs, tmp_path)
   assert [ended[n].poll() for n in ('w0', 'w1')] == [1, 1]
   chief, other = _error_line(ended['w0']), _error_line(ended['w1'])
   assert chief.startswith(f'error: Could not write {model_dir / what}: [Errno 28] No space left'), chief
   assert other.startswith('error: The chief could not') and other.endswith('this worker stops with it.'), other
-  assert (str(model_dir / what) if what == 'eval_results.json' else str(model_dir / 'best')) in other
+  named = {'eval_results.json': model_dir / what, 'best/progress.json': model_dir / 'best'}.get(what, model_dir)
+  assert str(named) in other
 
 
 def test_a_failed_export_on_the_chief_stops_every_worker_with_it(tmp_path, finished_run_copy):

@@ -29,6 +29,8 @@ import tensorflow as tf
 from tests.helpers import cli
 from tests.helpers import procs
 
+pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
+
 TRAIN_STEPS = 160     # each stage advances at most ~2 loops, so the chain stays short of it until the end
 LOOP = 20              # iterations_per_loop = save_checkpoints_steps
 START_TIMEOUT = 240    # TF import + build + trace on 2 busy cores
@@ -134,8 +136,8 @@ def _finish(model_dir: str, log_path: str) -> Stage:
 
 
 @pytest.fixture(scope='module')
-def chain(tmp_path_factory) -> Dict[str, Stage]:
-  root = tmp_path_factory.mktemp('preemption')
+def chain(module_tmp) -> Dict[str, Stage]:
+  root = module_tmp.mktemp('preemption')
   model_dir = str(root / 'model')
   stages: Dict[str, Stage] = {}
   # SIGTERM and SIGINT: mid-loop, shortly after this run's first checkpoint (training is under way).

@@ -138,6 +138,7 @@ def test_profile_steps_parse_as_half_open_window_and_reject_bad_values():
     ProfilerHook(profile_every_n_steps=0, profile_steps='')
 
 
+@pytest.mark.slow
 def test_periodic_captures_land_under_model_dir_every_n_steps_without_overlap(tmp_path):
   runner = FakeRunner(str(tmp_path))
   hook = ProfilerHook(profile_every_n_steps=4, duration_ms=1)
@@ -316,6 +317,7 @@ while time.time() < deadline:
 '''
 
 
+@pytest.mark.slow
 def test_capture_tool_captures_from_a_live_process_on_localhost(tmp_path):
   port = _free_port()
   job_out = tmp_path / 'job.out'

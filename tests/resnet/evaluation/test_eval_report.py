@@ -41,6 +41,7 @@ def _eval_input(params):
   return tf.data.Dataset.from_tensor_slices((features, EVAL_LABELS)).batch(params['batch_size'])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('replicas', [1, 2])
 def test_eval_confusion_matrix_per_class_and_misclassified_equal_a_hand_count(tmp_path, replicas):
   params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, eval_batch_size=4, num_train_images=64,

@@ -18,7 +18,9 @@ import tensorflow as tf
 from official_input import resnet_preprocessing
 from resnet import run_params
 from resnet.training import resnet_model_fn
+from resnet.estimator import best_checkpoint
 from resnet.estimator.estimator import Estimator
+from resnet.export import exporting
 from resnet.estimator.run_config import RunConfig
 
 IMAGE_SIZE = 32
@@ -51,9 +53,9 @@ def encoded_images() -> list:
 
 
 @pytest.fixture(scope='module')
-def exported(tmp_path_factory):
+def exported(module_tmp):
   """(runner, params, export base dir, [first export, second export])."""
-  root = tmp_path_factory.mktemp('export')
+  root = module_tmp.mktemp('export')
   params = make_params(str(root / 'model'))
   runner = Estimator(resnet_model_fn.resnet_model_fn, RunConfig.from_params(params), params)
   runner.train(synthetic_input, max_steps=2)
@@ -93,6 +95,7 @@ def _run(args: list, **kwargs) -> str:
   return result.stdout
 
 
+@pytest.mark.slow
 def test_fresh_process_classifies_jpeg_and_png_like_eval(exported, tmp_path):
   runner, _, _, paths = exported
   image_bytes = encoded_images()
@@ -127,6 +130,7 @@ def test_preprocessing_at_224_would_give_other_outputs(exported):
   assert not np.allclose(at_224, at_32, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_saved_model_cli_lists_both_signatures(exported):
   _, _, _, paths = exported
   out = _run([os.path.join(BIN_DIR, 'saved_model_cli'), 'show', '--dir', paths[-1], '--all'])
@@ -149,6 +153,7 @@ def test_exports_get_new_versions_and_leave_no_temporaries(exported):
     assert tf.saved_model.contains_saved_model(path)
 
 
+@pytest.mark.slow
 def test_export_from_a_checkpoint_under_a_mirrored_strategy(exported, tmp_path):
   """The export-only path (a new Estimator restores model_dir's checkpoint) under MirroredStrategy gives the same model."""
   devices = tf.config.list_logical_devices('CPU')
@@ -163,3 +168,23 @@ def test_export_from_a_checkpoint_under_a_mirrored_strategy(exported, tmp_path):
   _, classes, probabilities = in_process_predictions(runner, image_bytes)
   np.testing.assert_array_equal(served['classes'].numpy(), classes)
   np.testing.assert_allclose(served['probabilities'].numpy(), probabilities, rtol=1e-5, atol=1e-6)
+
+
+def test_export_best_on_a_follower_worker_exports_the_file_the_writer_kept(tmp_path):
+  """A follower knows the writer's best step and value, not its file: export_best reads best/ as the chief does
+  (it raised 'best/ holds no checkpoint' there, and the chief waited for it forever)."""
+  for step in (2, 3):
+    for suffix in ('.index', '.data-00000-of-00001'):
+      (tmp_path / f'model.ckpt-{step}{suffix}').write_text(f'step {step}')
+
+  def results(step, accuracy):
+    return {'top_1_accuracy': accuracy, 'loss': 1.0, 'global_step': step, 'num_examples': 8,
+            'checkpoint': str(tmp_path / f'model.ckpt-{step}')}
+  writer = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy')
+  writer.update(results(2, 0.75))
+  opening = [True, 2, 0.75, 0, 2]  # what the writer shares when the follower first decides
+  follower = best_checkpoint.BestCheckpoint(str(tmp_path), 'top_1_accuracy', role='follower',
+                                            share=lambda values: opening if len(values) == 5 else values)
+  assert not follower.update(results(3, 0.5)) and follower.checkpoint_path is None
+  params = dict(model_dir=str(tmp_path), best_metric='top_1_accuracy', best_metric_goal='auto')
+  assert exporting.best_checkpoint_path(params, follower) == str(tmp_path / 'best' / 'model.ckpt-2')

@@ -114,17 +114,18 @@ def _run(args, tmp_path, name):
   return types.SimpleNamespace(returncode=result.code, stdout=result.out, stderr=result.log)
 
 
+@pytest.mark.slow
 def test_train_export_quantized_then_predict_with_the_int8_file_and_reexport_without_params(tmp_path):
   data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=24, num_validation=16)
   model_dir, export_dir = tmp_path / 'run', tmp_path / 'export'
   trained = _run(list(cli.TINY) + [
       '--mode=train', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=2',
-      f'--export_dir={export_dir}', '--tflite_quantizations=float16,int8', '--tflite_calibration_images=8',
+      f'--export_dir={export_dir}', '--tflite_quantizations=int8', '--tflite_calibration_images=8',
       '--tflite_eval_images=16', '--tflite_min_agreement=0'], tmp_path, 'train')
   assert trained.returncode == 0, trained.stderr[-3000:]
   (version,) = glob.glob(str(export_dir / '*'))
   assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(version, '*.tflite'))) == [
-      'model.tflite', 'model_float16.tflite', 'model_int8.tflite']
+      'model.tflite', 'model_int8.tflite']   # float16 and dynamic_int8 files: the tests above and the re-export
   assert '| model_int8.tflite |' in trained.stdout and 'LiteRT (ai-edge-litert)' in trained.stdout
 
   # Predict with the int8 file: the same CSV and per-class report, computed by LiteRT.
@@ -148,6 +149,7 @@ def test_train_export_quantized_then_predict_with_the_int8_file_and_reexport_wit
   assert contradicting.returncode != 0 and 'resnet_depth' in contradicting.stderr
 
 
+@pytest.mark.slow
 def test_quantized_exports_need_the_runs_records(tmp_path):
   result = _run(list(cli.TINY) + ['--mode=train', f'--model_dir={tmp_path / "run"}', '--train_steps=1',
                                   f'--export_dir={tmp_path / "export"}', '--tflite_quantizations=int8'],
@@ -182,6 +184,7 @@ def test_without_ai_edge_litert_the_check_falls_back_to_tensorflow_and_says_so(m
   np.testing.assert_allclose(fallback.probabilities(images), expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_measured_images_are_spread_over_the_split(tmp_path):
   from resnet import run_params  # pylint: disable=import-outside-toplevel
   from resnet.export import host_images  # pylint: disable=import-outside-toplevel

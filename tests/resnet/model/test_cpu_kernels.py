@@ -25,6 +25,7 @@ def _gradients(fn, x, w):
   return y, tape.gradient(loss, [x, w])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('stride,size', [(1, 9), (2, 8), (2, 9)])
 @pytest.mark.parametrize('dtype,rtol', [('float32', 1e-5), ('bfloat16', 2e-2)])
 def test_matmul_filter_grad_equals_the_convolution_gradient(stride, size, dtype, rtol):
@@ -77,6 +78,7 @@ def _model(fast, dtype_policy='float32', data_format='channels_last'):
                     conv1x1_filter_grad='matmul' if fast else 'conv', residual_add_relu='xla' if fast else 'ops')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('policy', ['float32', 'mixed_bfloat16'])
 def test_the_model_keeps_its_variables_outputs_and_gradients(policy):
   """float32: the gradients agree to 2e-4 (summation order). bfloat16: each form's error against the float32
@@ -121,6 +123,7 @@ def test_the_model_keeps_its_variables_outputs_and_gradients(policy):
                                                               plain_error)
 
 
+@pytest.mark.slow
 def test_checkpoints_and_exports_do_not_change(tmp_path):
   """Keras 3 checkpoints key layers by position (model/_operations/<j>): the fast model has the same keys, a
   checkpoint of one restores into the other, and its inference graph (what exports trace) has neither the custom

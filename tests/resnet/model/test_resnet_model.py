@@ -14,7 +14,6 @@ import pytest
 import keras
 import tensorflow as tf
 
-from resnet.model import resnet_model as rm
 from params import architectures
 from resnet.model import layers
 from resnet.model import plan
@@ -76,6 +75,7 @@ def resnet18_small():
 # --- shapes -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('depth', DEPTHS)
 def test_every_depth_gives_float32_logits_of_shape_batch_by_classes(depth):
   model = _model_1000(depth)
@@ -291,6 +291,7 @@ def test_weight_decay_covers_conv_kernels_and_the_whole_dense_layer_but_no_batch
 # --- layout and precision ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_channels_first_gives_the_same_logits_as_channels_last():
   """Same weights, NHWC vs NCHW body: inference and training (batch statistics) logits agree."""
   last = tiny.model(50, 10, data_format='channels_last')
@@ -333,6 +334,7 @@ def test_global_mixed_bfloat16_policy_is_honoured():
 # --- DropBlock, v2 ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dropblock_changes_outputs_in_training_but_not_in_inference():
   # 64 px: group 3 is 4x4 (block 3: min-pool path), group 4 is 2x2 (block 2: whole-map path).
   plain = tiny.model(50, 10)
@@ -428,6 +430,7 @@ def test_pre_activation_v2_has_its_own_bn_layout_and_still_maps_to_tf1_names(dep
 # --- checkpoints, export ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trip_and_saved_model_export(tmp_path, resnet18_small):
   model = resnet18_small
   _randomize(model, seed=1)
@@ -802,6 +805,7 @@ def test_new_options_build_and_run_under_mixed_bfloat16_and_channels_first():
   assert np.all(np.isfinite(logits.numpy()))
 
 
+@pytest.mark.slow
 def test_channels_first_matches_channels_last_with_evonorm_se_and_resnetd():
   options = dict(pre_activation=True, norm_act_layer='evonorm_b0', se_ratio=0.25, resnetd_shortcut=True)
   last = tiny.model(18, 10, **options)
@@ -818,6 +822,7 @@ def test_channels_first_matches_channels_last_with_evonorm_se_and_resnetd():
                                atol=1e-4)
 
 
+@pytest.mark.slow
 def test_xla_compiled_training_step_with_se_resnetd_and_stochastic_depth(rs18):
   variables = rs18.trainable_variables
 
@@ -897,6 +902,7 @@ def _conv_strides(model: keras.Model) -> list:
   return [(conv.kernel_size[0], conv.strides[0]) for conv in convs]
 
 
+@pytest.mark.slow
 def test_variant_options_build_what_the_conv_table_says():
   """stride_in_1x1 moves each stage's stride to the first 1x1; 'shape_change' drops ResNet-18's group-1
   projection (torchvision has none); the analytic table and parameter counts follow."""

@@ -34,6 +34,7 @@ def test_a_uniform_guess_scores_ln_k_times_the_frequency_weighted_class_weight()
   assert divergence.uniform_guess_loss(base, None)[0] == pytest.approx(math.log(2) * 50.5)
 
 
+@pytest.mark.slow
 def test_a_diverging_cli_run_exits_with_the_message_keeps_checkpoints_and_exports_nothing(tmp_path):
   from tools import imagenet_to_gcs, make_demo_dataset  # pylint: disable=import-outside-toplevel
   make_demo_dataset.make_demo_dataset(str(tmp_path / 'images'), num_classes=4, images_per_class=8,
@@ -54,6 +55,7 @@ def test_a_diverging_cli_run_exits_with_the_message_keeps_checkpoints_and_export
   assert tf.train.latest_checkpoint(model_dir) is not None and not os.path.exists(export_dir)
 
 
+@pytest.mark.slow
 def test_a_model_that_answers_every_image_alike_is_stopped_as_collapsed(tmp_path):
   """A ResNet whose weights are all zero computes logits = bias for every image (ReLU's zero gradient keeps it
   there): the loss alone would never tell; its output spread does."""

@@ -165,6 +165,7 @@ def test_bad_decay_is_rejected():
     ema_lib.ModelEMA(tiny_model(), 0.0)
 
 
+@pytest.mark.slow
 def test_eval_with_averages_on_a_checkpoint_without_them_evaluates_the_raw_weights(tmp_path, caplog):
   """A checkpoint trained without moving averages, evaluated with moving_average_decay set: its raw weights,
   with a warning, not the uninitialised shadows."""

@@ -51,6 +51,7 @@ def test_every_trainable_variable_has_its_stage():
   assert [stages.count(s) for s in range(6)] == [3, 15, 15, 15, 15, 2]
 
 
+@pytest.mark.slow
 def test_head_only_steps_leave_the_backbone_untouched(tmp_path):
   model, (before, _), (after, _) = _one_update(tmp_path, train_head_only_steps=1)
   for variable, b, a in zip(model.trainable_variables, before, after):
@@ -60,6 +61,7 @@ def test_head_only_steps_leave_the_backbone_untouched(tmp_path):
       np.testing.assert_array_equal(a, b, err_msg=variable.path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('replicas', [1, 2])
 def test_head_only_steps_run_the_backbone_in_inference_mode(tmp_path, replicas):
   """A linear probe: batch-norm statistics stay the checkpoint's during the head-only steps (as Keras'
@@ -80,6 +82,7 @@ def test_head_only_steps_with_lars_are_refused_naming_why(tmp_path):
     tiny.resnet_params(tmp_path, enable_lars=True, train_head_only_steps=5)
 
 
+@pytest.mark.slow
 def test_layer_decay_scales_each_stage_update(tmp_path):
   model, (start, _), (plain, _) = _one_update(tmp_path / 'plain')
   _, (same_start, _), (decayed, _) = _one_update(tmp_path / 'decayed', layer_decay=0.5)
@@ -90,6 +93,7 @@ def test_layer_decay_scales_each_stage_update(tmp_path):
       np.testing.assert_allclose(d - s, (p - s) * 0.5 ** (5 - stage), rtol=1e-3, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_frozen_batch_norm_keeps_its_statistics_but_learns_gamma(tmp_path):
   model, (before, moving_before), (after, moving_after) = _one_update(tmp_path, freeze_batch_norm=True)
   for b, a in zip(moving_before, moving_after):
@@ -100,6 +104,7 @@ def test_frozen_batch_norm_keeps_its_statistics_but_learns_gamma(tmp_path):
   assert any(np.abs(a - b).max() > 1e-6 for a, b in zip(moving_trained, moving_before))  # would move without it
 
 
+@pytest.mark.slow
 def test_fine_tuning_torchvision_weights_with_every_control_through_the_cli(tmp_path):
   weights = str(tmp_path / 'resnet18.safetensors')
   safetensors_numpy.save_file(tv.state_dict(18), weights)

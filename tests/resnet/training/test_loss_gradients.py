@@ -129,24 +129,28 @@ def _assert_close(real, expected, tolerance):
     assert np.linalg.norm(r - e) <= tolerance * max(np.linalg.norm(e), 1e-3 * total)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', sorted(CASES))
 def test_one_device_step_gradient_equals_the_hand_formulation(tmp_path, case):
   real, expected, _ = _real_and_expected(tmp_path, case, replicas=1)
   _assert_close(real, expected, 2e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', ['weighted_mixed', 'weighted_weight_sum', 'smoothed', 'cpu_kernels'])
 def test_two_replica_step_gradient_equals_the_hand_formulation(tmp_path, case):
   real, expected, _ = _real_and_expected(tmp_path, case, replicas=2)
   _assert_close(real, expected, 2e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', ['weighted', 'weighted_mixed_weight_sum'])
 def test_float16_loss_scaled_step_gradient_equals_the_hand_formulation(tmp_path, case):
   real, expected, _ = _real_and_expected(tmp_path, case, replicas=2, precision='float16')
   _assert_close(real, expected, 3e-2)  # float16 activations: percent-level rounding, far below a wrong gradient
 
 
+@pytest.mark.slow
 def test_cross_entropy_scalar_is_the_loss_without_weight_decay(tmp_path):
   strategy = tiny.two_replicas()
   params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=BATCH, num_train_images=64,
@@ -161,6 +165,7 @@ def test_cross_entropy_scalar_is_the_loss_without_weight_decay(tmp_path):
   assert decay == pytest.approx(after, rel=0.05)      # the decay of the loop's weights (they move a little)
 
 
+@pytest.mark.slow
 def test_weight_sum_normalisation_divides_by_the_global_sum_of_weights(tmp_path):
   """sum(w * CE) / sum(w): the loss of a batch equals the weighted mean, whichever replica holds which weights."""
   _, _, logs = _real_and_expected(tmp_path / 'w', 'weighted_weight_sum', replicas=2)

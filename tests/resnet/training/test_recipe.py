@@ -41,6 +41,7 @@ def _one_update(model_dir, accumulate, strategy=None, **overrides):
   return before, [w.numpy().copy() for w in model.trainable_weights]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('replicas', [1, 2])
 def test_accumulated_micro_batches_make_the_same_update_as_one_batch(tmp_path, replicas):
   strategy = tiny.two_replicas() if replicas == 2 else None
@@ -62,6 +63,7 @@ def test_accumulation_that_does_not_divide_the_batch_names_the_fix(tmp_path):
     _one_update(tmp_path, 3)
 
 
+@pytest.mark.slow
 def test_mixup_and_cutmix_change_the_update_and_stay_seeded(tmp_path):
   _, plain = _one_update(tmp_path / 'plain', 1, random_seed=5)
   _, mixed = _one_update(tmp_path / 'mixed', 1, random_seed=5, mixup_alpha=0.4, cutmix_alpha=1.0)
@@ -83,6 +85,7 @@ def test_eval_image_size_sets_eval_input_and_export_but_not_training(tmp_path):
   assert serving['serving_images'].input_signature['images'].shape[1:3] == (48, 48)
 
 
+@pytest.mark.slow
 def test_tflite_equals_the_saved_model_within_1e_4_and_a_mismatch_is_an_error(tmp_path):
   params = tiny.resnet_params(tmp_path / 'model', image_size=SIZE, num_label_classes=3)
   keras.utils.set_random_seed(3)
@@ -110,6 +113,7 @@ def test_tflite_equals_the_saved_model_within_1e_4_and_a_mismatch_is_an_error(tm
   assert open(report.path, 'rb').read() == written   # the earlier file is kept whole
 
 
+@pytest.mark.slow
 def test_a_faulty_conversion_fails_the_export_in_every_precision(tmp_path, monkeypatch):
   """A bfloat16 SavedModel differs from any float32 .tflite by its rounding, so that comparison cannot catch a
   conversion fault; the .tflite against the float32 weights it came from can, in every precision."""

@@ -34,6 +34,7 @@ def _train_input(params):
   return tf.data.Dataset.from_tensor_slices((TRAIN_IMAGES, TRAIN_LABELS)).repeat().batch(params['batch_size'])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('replicas', [1, 2])
 def test_class_weighted_loss_equals_the_hand_computed_one(tmp_path, replicas):
   params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=8, num_train_images=64,
@@ -53,6 +54,7 @@ def test_class_weighted_loss_equals_the_hand_computed_one(tmp_path, replicas):
   assert loss == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_class_weights_with_mixup_weigh_each_source_of_a_mixed_example(tmp_path):
   """Each mixed example's loss is lam * w_a * CE_a + (1 - lam) * w_b * CE_b: the weighted loss of both sources
   (not their mixed weight times the mixed cross-entropy)."""

@@ -27,6 +27,7 @@ def _replica_values(strategy, variable):
   return [np.asarray(v) for v in strategy.experimental_local_results(variable.value)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('accumulate', [1, 2])  # 2: each replica's micro-batches summed, then over replicas
 def test_one_replica_overflowing_skips_the_step_on_every_replica(tmp_path, accumulate):
   devices = tf.config.list_logical_devices('CPU')

@@ -86,9 +86,9 @@ def _seed_keras_resnet50(model: keras.Model, rng: np.random.Generator) -> None:
 
 
 @pytest.fixture(scope='module')
-def keras_files(tmp_path_factory):
+def keras_files(module_tmp):
   """Keras' ResNet50 at 64 px with seeded weights, saved in the three formats, and its own probabilities."""
-  directory = tmp_path_factory.mktemp('keras')
+  directory = module_tmp.mktemp('keras')
   model = keras.applications.ResNet50(weights=None, input_shape=(SIZE, SIZE, 3))
   _seed_keras_resnet50(model, np.random.default_rng(tv.SEED))
   files = {'h5': str(directory / 'resnet50_weights_tf_dim_ordering_tf_kernels.h5'),
@@ -102,6 +102,7 @@ def keras_files(tmp_path_factory):
   return files, probabilities
 
 
+@pytest.mark.slow
 def test_keras_h5_exported_through_the_cli_equals_keras(keras_files, tmp_path):
   """--mode=export turns the legacy .h5 into a SavedModel; its probabilities are Keras' own."""
   files, expected = keras_files
@@ -128,6 +129,7 @@ def test_keras_h5_exported_through_the_cli_equals_keras(keras_files, tmp_path):
     assert {key: params[key] for key in KERAS_VARIANT} == KERAS_VARIANT
 
 
+@pytest.mark.slow
 def test_keras_file_formats_load_the_same_weights(keras_files, tmp_path):
   """.weights.h5 and .keras give exactly the legacy .h5's tensors; the .keras one runs to Keras' probabilities."""
   files, expected = keras_files
@@ -149,6 +151,7 @@ def _safetensors(directory, depth: int, state=None) -> str:
   return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('depth', [18, 50])
 def test_torchvision_parity(depth, tmp_path):
   path = _safetensors(tmp_path, depth)

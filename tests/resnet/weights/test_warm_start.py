@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from resnet import run_params
 from resnet.training import ema as ema_lib
-from resnet.model import resnet_model
 from resnet.model import plan
 from resnet.model import tf1_names
 from resnet.training import resnet_model_fn
@@ -50,9 +49,9 @@ def synthetic_input(params):
 
 
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory):
+def trained(module_tmp):
   """An Estimator trained 2 steps with moving averages: checkpoints model.ckpt-1 and model.ckpt-2 in its model_dir."""
-  model_dir = str(tmp_path_factory.mktemp('source'))
+  model_dir = str(module_tmp.mktemp('source'))
   runner = make_runner(make_params(model_dir, moving_average_decay=0.9))
   runner.train(synthetic_input, max_steps=2)
   return runner
@@ -69,6 +68,7 @@ def values(model) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ tf2 (own)
+@pytest.mark.slow
 def test_own_checkpoint_into_a_new_head(trained, tmp_path, caplog):
   source = values(trained.scope.get('model'))
   # Training moved the BN statistics off their initial values, so equality below really tests a copy.
@@ -223,6 +223,7 @@ def write_tf1_checkpoint(prefix: str, model_values: dict, scope: str = '',
   return path
 
 
+@pytest.mark.slow
 def test_tf1_checkpoint_restores_every_variable(tmp_path):
   source = tf1_values(18, 4)
   path = write_tf1_checkpoint(str(tmp_path / 'tf1' / 'model.ckpt'), source, scope='resnet_model/', real_saver=True)
@@ -244,7 +245,7 @@ def test_tf1_checkpoint_restores_every_variable(tmp_path):
 
 def test_tf1_head_of_another_width_is_skipped_with_the_background_note(tmp_path, caplog):
   source = tf1_values(18, 1001)
-  path = write_tf1_checkpoint(str(tmp_path / 'tf1' / 'model.ckpt'), source)
+  write_tf1_checkpoint(str(tmp_path / 'tf1' / 'model.ckpt'), source)
   model = tiny.model(18, 1000)
   with caplog.at_level(std_logging.INFO), caplog.at_level(std_logging.INFO, logger='absl'):
     summary = ws.warm_start(model, str(tmp_path / 'tf1'))
@@ -315,6 +316,7 @@ def test_a_checkpoint_missing_backbone_variables_raises_naming_them(tmp_path):
     ws.warm_start(tiny.model(18, 3), path)
 
 
+@pytest.mark.slow
 def test_allow_partial_restores_equal_shapes_and_warns(tmp_path, caplog):
   source = resnet50_group1()
   path = write_tf1_checkpoint(str(tmp_path / 'r50' / 'model.ckpt'), source)
@@ -381,6 +383,7 @@ def test_reference_exponential_moving_average_names_are_read_when_asked(tmp_path
 
 
 # ------------------------------------------------------------------------------------------------ resnet_main
+@pytest.mark.slow
 def test_warm_start_if_new_leaves_a_resumed_run_alone(trained, tmp_path, monkeypatch):
   """resnet_main's path: a model_dir with a checkpoint resumes; a fresh one warm-starts, then trains from step 0."""
   from resnet import wiring  # pylint: disable=import-outside-toplevel
