@@ -5,6 +5,10 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')  # the kernels resnet_main runs (it says why); CLI children inherit it
+# One compute thread a process: `make test` runs two test files at a time on 2 cores, and some start 2-3 worker
+# processes; each with a thread per core, they spin and thrash (a test measured 4 s alone took 124 s beside them).
+# Results do not depend on it; users' runs keep TensorFlow's default.
+os.environ.setdefault('TF_NUM_INTRAOP_THREADS', '1')
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
