@@ -195,5 +195,12 @@ def test_the_measured_images_are_spread_over_the_split(tmp_path):
   spread, spread_labels = host_images.host_images(params, 'validation', 4)
   np.testing.assert_array_equal(spread_labels, labels[::4])
   np.testing.assert_array_equal(spread, every[::4])
+  # A run that evaluates its first 8 records: the 4 images are spread over those 8 (the stride came from the whole
+  # split: 2 images came back).
+  first = run_params.make_params({'data_dir': data_dir, 'image_size': 32, 'model_dir': str(tmp_path / 'm8'),
+                                  'num_eval_images': 8})
+  first_images, first_labels = host_images.host_images(first, 'validation', 4)
+  np.testing.assert_array_equal(first_labels, labels[:8][::2])
+  np.testing.assert_array_equal(first_images, every[:8][::2])
   with pytest.raises(host_images.NoImagesError, match='test'):
     host_images.host_images(params, 'test', 4)
