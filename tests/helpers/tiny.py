@@ -44,3 +44,16 @@ def model(depth: int = 18, classes: int = 10, dtype_policy: Any = None, image_si
   """The one tiny-model helper: ``resnet_model.resnet`` of ``config(depth, classes, **options)``."""
   from resnet.model import resnet_model  # pylint: disable=import-outside-toplevel
   return resnet_model.resnet(config(depth, classes, **options), dtype_policy, image_size)
+
+
+def strategy(replicas: int) -> Optional[tf.distribute.Strategy]:
+  """None (the default strategy, one device) for 1, two_replicas() for 2."""
+  return two_replicas() if replicas == 2 else None
+
+
+def varied_images(n: int, seed: int, size: int = 32):
+  """[n, size, size, 3] float32 0..255 of different brightness and contrast per image, so that an untrained net
+  does not give every image one class."""
+  base = tf.random.stateless_uniform([n, size, size, 3], seed=[seed, 0], maxval=1.0)
+  scale = tf.random.stateless_uniform([n, 1, 1, 1], seed=[seed, 1], minval=20.0, maxval=255.0)
+  return (base * scale).numpy()

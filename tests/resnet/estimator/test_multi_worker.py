@@ -52,26 +52,31 @@ def _max_abs_diff(a: dict, b: dict, keys) -> float:
   return max(float(np.max(np.abs(a[k] - b[k]))) for k in keys)
 
 
-def _start_all(runs, tmp_path):
-  """Starts every (name, args, env) at once; returns {name: Proc} once all exit 0.
-
-  One shared deadline; the first failure ends the wait (a dead worker makes its peer fail or hang).
-  """
+def _run_all(runs, tmp_path, timeout: float = TIMEOUT, first_failure_ends: bool = False):
+  """Starts every (name, args, env) at once and waits until all have exited; returns {name: Proc}. One shared
+  deadline: a worker left waiting in a collective for one that is gone fails the test there. ``first_failure_ends``:
+  so does the first nonzero exit (a dead worker makes its peer fail or hang)."""
   with procs.processes() as started:
     by_name = {}
     for name, args, env in runs:
       by_name[name] = procs.Proc(args, str(tmp_path / f'{name}.log'), env)
       started.append(by_name[name])
-    deadline = time.time() + TIMEOUT
+    deadline = time.time() + timeout
     while any(p.poll() is None for p in by_name.values()):
-      failed = [n for n, p in by_name.items() if p.poll() not in (None, 0)]
+      failed = [n for n, p in by_name.items() if p.poll() not in (None, 0)] if first_failure_ends else []
       if failed or time.time() > deadline:
         logs = ''.join(f'\n--- {n} (exit {p.poll()}) ---\n{p.tail(2500)}' for n, p in by_name.items())
-        raise AssertionError(f'failed: {failed}, or not done within {TIMEOUT} s:{logs}')
+        raise AssertionError(f'failed: {failed}, or not all ended within {timeout} s (one waits for another):{logs}')
       time.sleep(0.2)
-    failed = [n for n, p in by_name.items() if p.poll() != 0]
-    assert not failed, ''.join(f'\n--- {n} (exit {by_name[n].poll()}) ---\n{by_name[n].tail()}' for n in failed)
     return by_name
+
+
+def _start_all(runs, tmp_path):
+  """Every run, which must all exit 0."""
+  by_name = _run_all(runs, tmp_path, first_failure_ends=True)
+  failed = [n for n, p in by_name.items() if p.poll() != 0]
+  assert not failed, ''.join(f'\n--- {n} (exit {by_name[n].poll()}) ---\n{by_name[n].tail()}' for n in failed)
+  return by_name
 
 
 def test_designed_data_differs_per_worker_but_has_the_global_batch_statistics():
@@ -314,20 +319,8 @@ def test_workers_evaluate_continuously_the_checkpoint_the_chief_sees(tmp_path):
 
 
 def _finish_all(runs, tmp_path, timeout=TIMEOUT):
-  """Starts every (name, args, env) at once and waits until all have exited, whatever their exit codes: a worker
-  left waiting in a collective for one that is gone fails the test at the deadline."""
-  with procs.processes() as started:
-    by_name = {}
-    for name, args, env in runs:
-      by_name[name] = procs.Proc(args, str(tmp_path / f'{name}.log'), env)
-      started.append(by_name[name])
-    deadline = time.time() + timeout
-    while any(p.poll() is None for p in by_name.values()):
-      if time.time() > deadline:
-        logs = ''.join(f'\n--- {n} (exit {p.poll()}) ---\n{p.tail(2500)}' for n, p in by_name.items())
-        raise AssertionError(f'not all workers ended within {timeout} s (one waits for another):{logs}')
-      time.sleep(0.2)
-    return by_name
+  """Every run, whatever its exit code."""
+  return _run_all(runs, tmp_path, timeout)
 
 
 def _error_line(proc) -> str:

@@ -18,21 +18,10 @@ SIZE = 32
 CLASSES = 3
 
 
-def _strategy(replicas):
-  return tiny.two_replicas() if replicas == 2 else None
-
-
-def _images(n, seed):
-  # Different brightness and contrast per image, so that an untrained net does not give every image one class.
-  base = tf.random.stateless_uniform([n, SIZE, SIZE, 3], seed=[seed, 0], maxval=1.0)
-  scale = tf.random.stateless_uniform([n, 1, 1, 1], seed=[seed, 1], minval=20.0, maxval=255.0)
-  return (base * scale).numpy()
-
-
 # 10 examples; the last is padding (label -1). Global batch 4: with 2 replicas the third step gives replica 0
 # examples 8-9 and replica 1 an empty batch.
 EVAL_LABELS = np.array([0, 1, 2, 0, 1, 2, 2, 1, 0, -1], np.int32)
-EVAL_IMAGES = _images(10, seed=5)
+EVAL_IMAGES = tiny.varied_images(10, seed=5, size=SIZE)
 EVAL_NAMES = [f'img_{i}.jpg' for i in range(10)]
 
 
@@ -47,7 +36,7 @@ def test_eval_confusion_matrix_per_class_and_misclassified_equal_a_hand_count(tm
   params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, eval_batch_size=4, num_train_images=64,
                               max_misclassified_rows=100)
   keras.utils.set_random_seed(3)
-  estimator = tiny.resnet_estimator(params, _strategy(replicas))
+  estimator = tiny.resnet_estimator(params, tiny.strategy(replicas))
   estimator.build('eval')
   estimator.save()
   names = ['ant', 'bee', 'cat']

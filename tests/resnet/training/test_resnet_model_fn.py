@@ -14,19 +14,8 @@ SIZE = 32
 CLASSES = 3
 
 
-def _strategy(replicas):
-  return tiny.two_replicas() if replicas == 2 else None
-
-
-def _images(n, seed):
-  # Different brightness and contrast per image, so that an untrained net does not give every image one class.
-  base = tf.random.stateless_uniform([n, SIZE, SIZE, 3], seed=[seed, 0], maxval=1.0)
-  scale = tf.random.stateless_uniform([n, 1, 1, 1], seed=[seed, 1], minval=20.0, maxval=255.0)
-  return (base * scale).numpy()
-
-
 TRAIN_LABELS = np.array([0, 1, 2, 0, 1, 2, 0, 0], np.int32)
-TRAIN_IMAGES = _images(8, seed=9)
+TRAIN_IMAGES = tiny.varied_images(8, seed=9, size=SIZE)
 CLASS_WEIGHTS = [1.0, 3.0, 0.5]
 
 
@@ -40,7 +29,7 @@ def test_class_weighted_loss_equals_the_hand_computed_one(tmp_path, replicas):
   params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=8, num_train_images=64,
                               weight_decay=0.0, class_weights=CLASS_WEIGHTS, train_steps=1)
   keras.utils.set_random_seed(4)
-  estimator = tiny.resnet_estimator(params, _strategy(replicas))
+  estimator = tiny.resnet_estimator(params, tiny.strategy(replicas))
   estimator.build('train')
   model = estimator.scope.get(resnet_model_fn.MODEL)
   # Each replica normalises its own examples with its batch's statistics: replica r gets examples 4r..4r+3.
