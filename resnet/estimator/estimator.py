@@ -488,11 +488,12 @@ class Estimator:
   def _poll(self, timed_out: bool) -> Tuple[Optional[str], bool]:
     """model_dir's latest checkpoint and whether the wait timed out. Several workers take the chief's answer (its
     listing and its clock), so that they evaluate the same checkpoint and stop together."""
-    try:
-      path = self.latest_checkpoint()
-    except checkpoints_lib.IncompleteCheckpoints as e:  # a reader waits: the trainer may be writing its first one
-      logging.log_every_n_seconds(logging.INFO, '%s', 180, e)
-      path = None
+    path = None
+    if self.is_chief:  # the others take its answer: a listing of theirs could only differ, or fail alone
+      try:
+        path = self.latest_checkpoint()
+      except checkpoints_lib.IncompleteCheckpoints as e:  # a reader waits: the trainer may be writing its first one
+        logging.log_every_n_seconds(logging.INFO, '%s', 180, e)
     if self.workers == 1:
       return path, timed_out
     step, timed_out = self.from_chief([checkpoints_lib.checkpoint_step(path) if path else -1, timed_out])

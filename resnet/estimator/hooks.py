@@ -206,7 +206,9 @@ class DivergenceGuard(LoopHook):
     if estimator is not None and not estimator.common_boundary(step):
       return
     smoothed, smoothed_spread = self._smoothed()
-    full = step - self.after_step >= self.window  # the same on every worker
+    # The loops this process saw (a resumed run saw none before its resume) cover a window: the same on every
+    # worker, which all see the same steps between common boundaries.
+    full = sum(n for _, n, _, _ in self._loops) >= self.window
     exploded = smoothed > self.EXTREME * self.chance or full and (smoothed > self.FACTOR * self.chance or (
         self.best is not None and self.best[1] < 0.5 * self.chance and smoothed > self.chance))
     collapsed = full and smoothed_spread is not None and smoothed_spread < self.COLLAPSED

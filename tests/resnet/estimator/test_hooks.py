@@ -82,6 +82,16 @@ def test_a_recorded_healthy_noisy_run_trains_on():
   assert guard.exploded == 0
 
 
+def test_a_resumed_run_decides_only_once_its_own_loops_fill_a_window():
+  """Resumed at step 100 (warm-up 20, window 20): its first two 5-step loops at 5x chance are no full window yet
+  (the step count alone said full, and two loops stopped the run); the window fills at 120."""
+  guard = hooks_lib.DivergenceGuard(CHANCE, after_step=20, key='cross_entropy', window=20)
+  _feed(guard, [5 * CHANCE, 5 * CHANCE], start=105, every=5)
+  assert guard.exploded == 0
+  with pytest.raises(hooks_lib.LossExplodedError, match='step 125'):
+    _feed(guard, [5 * CHANCE] * 3, start=115, every=5)
+
+
 def test_a_loss_back_above_chance_after_learning_is_divergence_too():
   guard = hooks_lib.DivergenceGuard(CHANCE, after_step=0, key='cross_entropy', window=20)
   with pytest.raises(hooks_lib.LossExplodedError, match='step 90'):
