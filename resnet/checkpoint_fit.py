@@ -21,6 +21,7 @@ from params import architectures
 from params import resnet_config
 from params.model_config import ModelConfig
 from resnet import model_dir as model_dir_lib
+from resnet.estimator import checkpoints
 from resnet.model import plan
 from resnet.training import resnet_model_fn
 
@@ -78,7 +79,7 @@ def mismatch(path: str, model, params: Mapping[str, Any]) -> Optional[str]:
   try:
     held = _checkpoint_layers(path)
   except (tf.errors.OpError, ValueError) as e:
-    if not (tf.io.gfile.exists(path + '.index') and tf.io.gfile.glob(path + '.data-*')):
+    if not checkpoints.is_complete(path):
       # Its files went away (keep_checkpoint_max, under continuous eval): NotFoundError, which every worker skips.
       raise tf.errors.NotFoundError(None, None, f'Checkpoint {path}: its files are gone.') from e
     return f'Cannot read checkpoint {path}: {getattr(e, "message", e)}'

@@ -155,8 +155,7 @@ def variant_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
 
 def _run_variant(directory: str) -> Dict[str, Any]:
   """The Variant params recorded in a run directory's params.yaml (none if it has none, or is unreachable)."""
-  with _unreachable_storage(os.path.join(directory, 'params.yaml')):
-    recorded = model_dir_lib.recorded_params(directory)  # damaged: a warning, and nothing is taken from it
+  recorded = model_dir_lib.recorded_params(directory)  # damaged or unreachable: a warning, nothing taken from it
   if recorded is None:
     return {}
   # A params.yaml older than a Variant param ran with its v1.5 default.

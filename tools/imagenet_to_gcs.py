@@ -416,7 +416,6 @@ class LeakedImages:
     self.by_digest: Dict[str, Tuple[str, str]] = {}               # sha256 -> (split, path)
     self.bands: List[Dict[int, List[Tuple[int, str, str]]]] = [{} for _ in range(self.BANDS)]
     self.found: List[Dict[str, Any]] = []
-    self._split_of_index: Optional[str] = None
 
   def _detailed(self, dhash: int) -> bool:
     return self.MIN_DETAIL_BITS <= bin(dhash).count('1') <= 16 * self.BANDS - self.MIN_DETAIL_BITS

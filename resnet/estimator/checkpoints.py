@@ -68,7 +68,7 @@ def latest(directory: str) -> Optional[str]:
     return None
   skipped = []
   for path in candidates:
-    if _readable(path):
+    if is_complete(path):
       if skipped and (directory, path) not in _warned:
         _warned.add((directory, path))
         logging.warning('%s: the newest checkpoint%s %s missing or incomplete (deleted?): using %s, the newest '
@@ -103,7 +103,7 @@ def repair_state(directory: str, path: str) -> None:
   checkpoints, with their times (the CheckpointManager rotates by them), so that saving and rotating go on from it.
   Writes nothing when it already does."""
   _, candidates = _candidates(directory)
-  complete = [p for p in reversed(candidates) if checkpoint_step(p) <= checkpoint_step(path) and _readable(p)]
+  complete = [p for p in reversed(candidates) if checkpoint_step(p) <= checkpoint_step(path) and is_complete(p)]
   state = tf.train.get_checkpoint_state(directory)
   if (state is not None and state.model_checkpoint_path == path
       and list(state.all_model_checkpoint_paths) == complete):
@@ -167,7 +167,7 @@ class Checkpoints:
     written last, but on a loaded machine it can be seen before it is whole ('too short to be an sstable'), so
     it must also open."""
     start, next_log = time.time(), time.time() + 30.0
-    while not _readable(path):
+    while not is_complete(path):
       if time.time() - start > timeout:
         raise FileNotFoundError(f'{path} did not appear within {timeout:g} s: is model_dir on storage every worker '
                                 f'shares (e.g. gs://), and is the chief (worker 0) still running?')
@@ -239,7 +239,7 @@ class Checkpoints:
     return path
 
 
-def _readable(path: str) -> bool:
+def is_complete(path: str) -> bool:
   """The index parses and every data shard it was written with is there (the reader opens shards lazily, so a
   deleted .data file would otherwise pass until the restore)."""
   if not tf.io.gfile.exists(path + '.index'):
