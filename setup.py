@@ -30,6 +30,11 @@ setup(
         # ai-edge-litert: LiteRT's own runtime, which checks every exported .tflite (the export falls back to
         # TensorFlow's interpreter without it, and says so).
         "test": ["pytest>=8", "pytest-xdist>=3.5", "ai-edge-litert>=2.0"],
+        # ONNX export (--export_onnx, onnx_quantizations) and --predict_onnx only; training never imports them.
+        # tf2onnx converts the model, onnx reads and edits the file, onnxruntime runs every file before it is
+        # written and quantizes (float16, static int8). Tested: tf2onnx 1.17.0, onnx 1.23.2, onnxruntime 1.32.0
+        # with TensorFlow 2.21 and numpy 2.4.
+        "onnx": ["tf2onnx>=1.17", "onnx>=1.17", "onnxruntime>=1.20"],
     },
     entry_points={
         "console_scripts": [

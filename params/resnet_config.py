@@ -49,6 +49,7 @@ DEPTHS = architectures.SUPPORTED_DEPTHS
 STRATEGIES = ('auto', 'one_device', 'mirrored', 'multi_worker_mirrored', 'tpu')
 PRECISIONS = ('float32', 'bfloat16', 'float16')
 TFLITE_QUANTIZATIONS = ('float16', 'dynamic_int8', 'int8')  # resnet/export/tflite_export.QUANTIZATIONS (a test)
+ONNX_QUANTIZATIONS = ('float16', 'int8')  # resnet/export/onnx_export.QUANTIZATIONS (a test)
 
 PARAMS: Tuple[Param, ...] = (
     # --- model ---
@@ -256,16 +257,24 @@ PARAMS: Tuple[Param, ...] = (
       'dynamic_int8 (int8 weights), int8 (full integer, calibrated on training images). Each is measured on '
       'validation images against the SavedModel (tflite_report.txt) and refused below tflite_min_agreement.', list,
       modes=EXPORTING, items=P('quantization', '', '', str, choices=TFLITE_QUANTIZATIONS)),
-    P('tflite_calibration_images', 300, 'int8: training images (eval preprocessing) that calibrate activations.',
-      checks=('> 0',), modes=EXPORTING),
+    P('tflite_calibration_images', 300, 'int8 (.tflite and .onnx): training images (eval preprocessing) that '
+      'calibrate activations.', checks=('> 0',), modes=EXPORTING),
     P('tflite_int8_io', False, 'int8: int8 input and output tensors (the Edge TPU compiler needs them).',
       modes=EXPORTING),
     P('tflite_float_fallback', False, 'int8: ops without an int8 kernel run in float (else such a model is '
       'refused); not for the Edge TPU.', modes=EXPORTING),
-    P('tflite_eval_images', 500, 'Validation images each .tflite is measured on (top-1, agreement, latency).',
-      checks=('> 0',), modes=EXPORTING),
-    P('tflite_min_agreement', 0.9, 'A quantized .tflite whose top-1 agrees with the SavedModel\'s on fewer of those '
-      'images is not written, and the export fails.', float, checks=('>= 0', '<= 1'), modes=EXPORTING),
+    P('tflite_eval_images', 500, 'Validation images each .tflite and .onnx file is measured on (top-1, agreement, '
+      'latency).', checks=('> 0',), modes=EXPORTING),
+    P('tflite_min_agreement', 0.9, 'A quantized .tflite or .onnx whose top-1 agrees with the SavedModel\'s on fewer '
+      'of those images is not written, and the export fails.', float, checks=('>= 0', '<= 1'), modes=EXPORTING),
+    P('export_onnx', False, 'Also write model.onnx (float32; images [batch, S, S, 3] 0..255 in, probabilities and '
+      'classes out) into the export, checked with ONNX Runtime against the SavedModel and measured on the run\'s '
+      'validation images (onnx_report.txt). Needs pip install -e ".[onnx]".', modes=EXPORTING),
+    P('onnx_quantizations', [], 'Also write quantized .onnx files (model.onnx too): float16 (for GPUs), int8 '
+      '(static, calibrated on training images); each measured like the .tflite files and refused below '
+      'tflite_min_agreement.', list, modes=EXPORTING,
+      items=P('quantization', '', '', str, choices=ONNX_QUANTIZATIONS)),
+    P('onnx_opset', 17, 'ONNX opset of the exported files.', checks=('>= 13', '<= 18'), modes=EXPORTING),
     P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).',
       modes=EXPORTING),
     P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list, modes=EXPORTING,
@@ -278,6 +287,8 @@ PARAMS: Tuple[Param, ...] = (
     P('predict_top_k', 5, 'Predict mode: classes reported per image.', checks=('> 0',), modes=('predict',)),
     P('predict_tflite', None, 'Predict mode: run this .tflite file with LiteRT instead of model_dir\'s checkpoint '
       '(the same CSV and per-class report).', str, modes=('predict',)),
+    P('predict_onnx', None, 'Predict mode: run this .onnx file with ONNX Runtime instead of model_dir\'s '
+      'checkpoint (the same CSV and per-class report).', str, modes=('predict',)),
     # --- profiling ---
     P('profile_every_n_steps', 0, '> 0: capture a profile every N steps.', checks=('>= 0',)),
     P('profile_duration_ms', 1000, 'Milliseconds per periodic profile capture, on any device (the reference\'s '

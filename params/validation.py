@@ -122,9 +122,16 @@ def no_transposed_input(p: Mapping[str, Any]) -> Optional[str]:
   return None
 
 
+def one_deployed_file_to_predict_with(p: Mapping[str, Any]) -> Optional[str]:
+  if p['predict_tflite'] and p['predict_onnx']:
+    return 'predict_tflite and predict_onnx are both set: predict with one file at a time'
+  return None
+
+
 RULES: Tuple[Callable[[Mapping[str, Any]], Optional[str]], ...] = (
     export_moving_average_needs_the_average, layer_decay_is_not_for_lars, head_only_steps_are_not_for_lars,
-    frozen_batch_norm_needs_batch_norm, one_class_weight_per_class, no_transposed_input)
+    frozen_batch_norm_needs_batch_norm, one_class_weight_per_class, no_transposed_input,
+    one_deployed_file_to_predict_with)
 
 # Raises ValueError naming what is wrong. A validator with a ``keys`` attribute checks those keys fully, each on its
 # own too (model_config.validate): the table's per-key check leaves them to it, so no rule runs twice.

@@ -98,7 +98,8 @@ def evaluate(estimator: Estimator, params: Params) -> None:
 def predict(estimator: Estimator, params: Params) -> str:
   class_names.check_class_names_against_training(params, model_dir_lib.recorded_params(params.model_dir))
   size = resnet_preprocessing.image_size(params, training=False)
-  dtype = tf.float32 if params.predict_tflite else tf.as_dtype(params.precision)  # a .tflite takes float32
+  deployed = params.predict_tflite or params.predict_onnx
+  dtype = tf.float32 if deployed else tf.as_dtype(params.precision)  # a deployed file takes float32
   if params.predict_input:
     source = imagenet_input.ImageFilesInput(params.predict_input, image_size=size, dtype=dtype)
   else:
@@ -106,9 +107,9 @@ def predict(estimator: Estimator, params: Params) -> str:
     source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True, dtype=dtype)
   output = params.predict_output or os.path.join(params.model_dir, 'predictions.csv')
   labelled = predictions_lib.LabelledPredictions(params)
-  if params.predict_tflite:
-    predictions = predictions_lib.tflite_predictions(params.predict_tflite, source.input_fn, size,
-                                                     params.predict_batch_size, params.num_label_classes)
+  if deployed:
+    read = predictions_lib.tflite_predictions if params.predict_tflite else predictions_lib.onnx_predictions
+    predictions = read(deployed, source.input_fn, size, params.predict_batch_size, params.num_label_classes)
   else:
     predictions = estimator.predict(source.input_fn)
   rows = predictions_lib.write_predictions(predictions, output, params, labelled)

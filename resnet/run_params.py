@@ -25,6 +25,7 @@ from resnet import model_dir as model_dir_lib
 from resnet import params_files
 from resnet.estimator import checkpoints
 from resnet.estimator import files
+from resnet.export import onnx_runtime
 from resnet.training import mixing
 from resnet.weights import foreign_weights
 
@@ -53,16 +54,35 @@ def make_params(overrides: Union[None, merging.Source, Sequence[merging.Labelled
 
 
 def quantized_exports_have_data(values: Mapping[str, Any]) -> None:
-  """Quantized .tflite files are calibrated and measured on the run's records: refused up front without them."""
-  if values['tflite_quantizations'] and values['export_dir'] and dataset_info.is_synthetic(values['data_dir']):
-    raise ValueError('tflite_quantizations calibrates int8 on the run\'s training records and measures every file on '
-                     'its validation records, and this run has none (data_dir unset: synthetic data): set --data_dir '
-                     'to the converted records, or export without tflite_quantizations')
+  """Quantized .tflite and .onnx files are calibrated and measured on the run's records: refused up front without
+  them."""
+  for key in ('tflite_quantizations', 'onnx_quantizations'):
+    if values[key] and values['export_dir'] and dataset_info.is_synthetic(values['data_dir']):
+      raise ValueError(f'{key} calibrates int8 on the run\'s training records and measures every file on its '
+                       'validation records, and this run has none (data_dir unset: synthetic data): set --data_dir '
+                       f'to the converted records, or export without {key}')
+
+
+def tflite_converter_present(values: Mapping[str, Any]) -> None:
+  """A run that will write .tflite files checks that this TensorFlow can convert them before it trains."""
+  if values['export_dir'] and (values['export_tflite'] or values['tflite_quantizations']):
+    from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
+    try:
+      tflite_export.converter_class()
+    except tflite_export.NoConverterError as e:
+      raise ValueError(str(e)) from e
+
+
+def onnx_installed(values: Mapping[str, Any]) -> None:
+  """The ONNX packages are an extra: a run that will export or predict with ONNX checks for them before it trains."""
+  exporting = values['export_dir'] and (values['export_onnx'] or values['onnx_quantizations'])
+  if exporting or values['predict_onnx']:
+    onnx_runtime.require('--export_onnx' if exporting else '--predict_onnx')
 
 
 # The components that take a group of params check their own rules (one place for each rule).
 VALIDATORS = (model_config.validate, resnet_preprocessing.AugmentConfig.from_params, mixing.MixConfig.from_params,
-              quantized_exports_have_data)
+              quantized_exports_have_data, tflite_converter_present, onnx_installed)
 
 
 def _balanced(values: Mapping[str, Any]) -> Dict[str, Any]:

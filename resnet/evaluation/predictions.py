@@ -92,22 +92,48 @@ def tflite_predictions(path: str, input_fn, image_size: int, batch_size: int,
   """What ``Estimator.predict`` yields, computed by a .tflite file with LiteRT (``--predict_tflite``): the device's
   own numbers on the same images, preprocessed as eval does."""
   from resnet.export import litert_runtime  # pylint: disable=g-import-not-at-top
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f'--predict_tflite={path}: no such file (the export writes model*.tflite into '
-                            'export_dir/<version>/).')
+  _check_file('--predict_tflite', path, 'model*.tflite')
   try:
     model = litert_runtime.Model(path)
   except ValueError as e:
     raise ValueError(f'--predict_tflite={path} is not a TFLite model LiteRT can run: {e}') from e
-  classes = int(model.output['shape'][-1])
+  _check_shapes(path, int(model.output['shape'][-1]), model.image_size, num_classes, image_size)
+  logging.info('Predicting with %s (%s, %s input, %s).', path, model.runtime, model.input_type,
+               f'{model.op_count()} ops')
+  return _predictions(model, input_fn, batch_size)
+
+
+def onnx_predictions(path: str, input_fn, image_size: int, batch_size: int,
+                     num_classes: int) -> Iterator[Dict[str, Any]]:
+  """The same from an .onnx file with ONNX Runtime (``--predict_onnx``)."""
+  from resnet.export import onnx_runtime  # pylint: disable=g-import-not-at-top
+  _check_file('--predict_onnx', path, 'model*.onnx')
+  onnx_runtime.require('--predict_onnx')
+  try:
+    model = onnx_runtime.Model(path)
+  except Exception as e:  # pylint: disable=broad-except  (onnxruntime's errors have no common public base)
+    raise ValueError(f'--predict_onnx={path} is not an ONNX model of this program ONNX Runtime can run: {e}') from e
+  _check_shapes(path, model.num_classes, model.image_size, num_classes, image_size)
+  logging.info('Predicting with %s (%s).', path, model.runtime)
+  return _predictions(model, input_fn, batch_size)
+
+
+def _check_file(flag: str, path: str, pattern: str) -> None:
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'{flag}={path}: no such file (the export writes {pattern} into '
+                            'export_dir/<version>/).')
+
+
+def _check_shapes(path: str, classes: int, size: int, num_classes: int, image_size: int) -> None:
   if classes != num_classes:
     raise ValueError(f'{path} outputs {classes} classes, but this run has num_label_classes={num_classes}: predict '
                      'with the run the file was exported from (--model_dir), or set --num_label_classes.')
-  if model.image_size != image_size:
-    raise ValueError(f'{path} takes {model.image_size}x{model.image_size} images, but this run preprocesses to '
-                     f'{image_size}x{image_size}: set --eval_image_size={model.image_size}.')
-  logging.info('Predicting with %s (%s, %s input, %s).', path, model.runtime, model.input_type,
-               f'{model.op_count()} ops')
+  if size != image_size:
+    raise ValueError(f'{path} takes {size}x{size} images, but this run preprocesses to '
+                     f'{image_size}x{image_size}: set --eval_image_size={size}.')
+
+
+def _predictions(model, input_fn, batch_size: int) -> Iterator[Dict[str, Any]]:
   for features, labels in input_fn({'batch_size': batch_size}):
     probabilities = model.probabilities(features['image'].numpy())
     for i, filename in enumerate(features['filename'].numpy()):

@@ -1,10 +1,12 @@
 """The export a run asks for (``export_dir``): which checkpoint (the best one or the latest), the SavedModel with
-its serving signatures and TF Serving warm-up requests, then the LiteRT files measured on the run's own images.
+its serving signatures and TF Serving warm-up requests, then the LiteRT and ONNX files measured on the run's own
+images.
 
 The chief exports; with several workers its failure stops every worker with it (``Estimator.on_chief``). The
-quantized files need the run's images, which are read before anything is written, so a missing split fails the
+measured files need the run's images, which are read before anything is written, so a missing split fails the
 export with nothing half-written.
 """
+import contextlib
 from typing import Any, Callable, Mapping, Optional
 
 from absl import logging
@@ -29,12 +31,15 @@ def export(estimator: Estimator, params: Mapping[str, Any],
 def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optional[str]) -> str:
   weights = resnet_model_fn.averaged_weights(estimator.scope) if params['export_moving_average'] else None
   quantized = quantized_exports(params)  # the run's images read first: a missing split writes nothing
+  onnx = onnx_exports(params)
   path = estimator.export_saved_model(params['export_dir'], resnet_model_fn.serving_inputs(params),
                                       checkpoint_path=checkpoint, assets_extra_fn=warmup_requests(params),
                                       weights=weights)
   print(f'Exported SavedModel: {path} ({params["precision"]})')
   if params['export_tflite'] or params['tflite_quantizations']:
     export_tflite(estimator, params, path, weights, quantized)
+  if onnx is not None:
+    export_onnx(estimator, params, path, weights, onnx)
   return path
 
 
@@ -83,6 +88,40 @@ def quantized_exports(params: Mapping[str, Any]):
   return tflite_export.QuantizedExports(params['tflite_quantizations'], calibration, images, labels,
                                         params['tflite_min_agreement'], params['tflite_int8_io'],
                                         params['tflite_float_fallback'])
+
+
+def onnx_exports(params: Mapping[str, Any]):
+  """What the ONNX files need (None without export_onnx or onnx_quantizations): the run's validation images when it
+  has records (every file is measured on them), training images for int8."""
+  if not (params['export_onnx'] or params['onnx_quantizations']):
+    return None
+  from official_input import dataset_info  # pylint: disable=g-import-not-at-top
+  from resnet.export import host_images  # pylint: disable=g-import-not-at-top
+  from resnet.export import onnx_export  # pylint: disable=g-import-not-at-top
+  kinds = params['onnx_quantizations']
+  if dataset_info.is_synthetic(params['data_dir']):  # validation refused quantizations: the float32 file only
+    logging.warning('export_onnx: this run has no records (data_dir unset), so model.onnx is checked against its '
+                    'weights on random images but not measured on validation images (no onnx_report.txt).')
+    return onnx_export.OnnxExports(params['onnx_opset'])
+  images, labels = host_images.host_images(params, 'validation', params['tflite_eval_images'])
+  calibration = (host_images.host_images(params, 'train', params['tflite_calibration_images'])[0]
+                 if 'int8' in kinds else None)
+  return onnx_export.OnnxExports(params['onnx_opset'], kinds, calibration, images, labels,
+                                 params['tflite_min_agreement'])
+
+
+def export_onnx(estimator: Estimator, params: Mapping[str, Any], saved_model_dir: str, weights, onnx) -> None:
+  """model.onnx, then the quantized .onnx files, each run by ONNX Runtime before it is written."""
+  from resnet.export import onnx_export  # pylint: disable=g-import-not-at-top
+  from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
+  from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
+  with (weights() if weights else contextlib.nullcontext()):
+    copy = tflite_export.float32_copy(estimator.scope.get(resnet_model_fn.MODEL),
+                                      lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}))
+  rows = onnx_export.export_onnx(saved_model_dir, copy, resnet_preprocessing.image_size(params, training=False),
+                                 params['precision'], onnx)
+  if rows:
+    print(tflite_report.table(rows, len(onnx.images)), end='')
 
 
 def export_tflite(estimator: Estimator, params: Mapping[str, Any], saved_model_dir: str, weights, quantized) -> None:

@@ -1,5 +1,6 @@
-"""The run's own images on the host, preprocessed as eval does, for the quantized exports: training images calibrate
-full-integer int8 (never the images it is then measured on) and validation images measure every file."""
+"""The run's own images on the host, preprocessed as eval does, for the measured exports (.tflite, .onnx): training
+images calibrate full-integer int8 (never the images it is then measured on) and validation images measure every
+file."""
 from typing import Any, Mapping, Tuple
 
 import numpy as np
@@ -22,9 +23,10 @@ def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.n
   is set; converted splits are in class order, so the first ``count`` could cover a few classes only): every k-th
   record, chosen before decoding, so the others cost a read and nothing more."""
   if dataset_info.is_synthetic(params['data_dir']):
-    raise NoImagesError('Quantized TFLite exports calibrate on the run\'s training records and are measured on its '
-                        'validation records, and this run has none (data_dir unset: synthetic data). Set '
-                        '--data_dir to the converted records, or export without tflite_quantizations.')
+    raise NoImagesError('Quantized TFLite and ONNX exports calibrate on the run\'s training records and are measured '
+                        'on its validation records, and this run has none (data_dir unset: synthetic data). Set '
+                        '--data_dir to the converted records, or export without tflite_quantizations and '
+                        'onnx_quantizations.')
   source = imagenet_input.ImageNetInput.from_params(
       params, split=split, is_training=False, dtype=tf.float32, include_filename=False,
       image_size=resnet_preprocessing.image_size(params, training=False))
@@ -43,10 +45,10 @@ def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.n
       if total >= count:
         break
   except (tf.errors.OpError, OSError, ValueError) as e:
-    raise NoImagesError(f'Could not read the {split} images for the quantized TFLite exports from '
+    raise NoImagesError(f'Could not read the {split} images for the measured exports (.tflite, .onnx) from '
                         f'{params["data_dir"]}: {e}') from e
   if not total:
-    raise NoImagesError(f'{params["data_dir"]} has no {split} images for the quantized TFLite exports (the {split}-* '
-                        'records are missing or empty): convert the dataset with that split, or export without '
-                        'tflite_quantizations.')
+    raise NoImagesError(f'{params["data_dir"]} has no {split} images for the measured exports (.tflite, .onnx; the '
+                        f'{split}-* records are missing or empty): convert the dataset with that split, or export '
+                        'without tflite_quantizations, export_onnx and onnx_quantizations.')
   return np.concatenate(images)[:count].astype(np.float32), np.concatenate(labels)[:count].astype(np.int64)

@@ -19,6 +19,9 @@ def runtime() -> Tuple[str, Any]:
     return 'LiteRT (ai-edge-litert)', Interpreter
   except ImportError:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if getattr(getattr(tf, 'lite', None), 'Interpreter', None) is None:  # tf.lite has moved out of TensorFlow
+      raise ValueError('Running a .tflite file needs LiteRT\'s runtime, and this TensorFlow has no tf.lite '
+                       'interpreter to fall back on: pip install ai-edge-litert.') from None
     if not _WARNED:
       _WARNED.append(True)
       logging.warning('ai-edge-litert is not installed: .tflite files are checked with TensorFlow\'s interpreter '

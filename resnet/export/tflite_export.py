@@ -84,14 +84,35 @@ class QuantizationError(RuntimeError):
   """A quantized file could not be made, or computes too differently from the SavedModel: it was not written."""
 
 
+class NoConverterError(RuntimeError):
+  """This TensorFlow has no tf.lite converter."""
+
+
+def converter_class():
+  """``tf.lite.TFLiteConverter``. TensorFlow is moving tf.lite out of its Python package into LiteRT (TF 2.20's
+  release notes; TF #102071), and LiteRT's wheel (ai-edge-litert 2.3) ships the runtime but no Python converter for
+  TensorFlow models yet: where tf.lite is gone, one message says what to do instead (docs/export.md)."""
+  lite = getattr(tf, 'lite', None)
+  converter = getattr(lite, 'TFLiteConverter', None)
+  if converter is None:
+    raise NoConverterError(
+        f'This TensorFlow ({tf.__version__}) has no tf.lite.TFLiteConverter (tf.lite is moving to LiteRT, whose '
+        'Python package has no converter for TensorFlow models yet), so no .tflite can be written. Export with '
+        'TensorFlow 2.21 (pip install "tensorflow-cpu==2.21.*"), or write ONNX instead (--export_onnx), or export '
+        'without export_tflite and tflite_quantizations.')
+  return converter
+
+
 def convert(model: keras.Model, image_size: int, quantization: Quantization = Quantization()) -> bytes:
   """TFLite flatbuffer of ``images [1, S, S, 3] -> probabilities``, the weights frozen into constants."""
+  converter_type = converter_class()
+
   @tf.function(input_signature=[tf.TensorSpec([1, image_size, image_size, 3], tf.float32, name='images')])
   def serve(images):
     return {'probabilities': tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))}
 
   frozen = convert_to_constants.convert_variables_to_constants_v2(serve.get_concrete_function())
-  converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+  converter = converter_type.from_concrete_functions([frozen])
   converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
   kind = quantization.kind
   if kind != 'float32':

@@ -1,7 +1,7 @@
-"""What quantization cost, measured on the run's own validation images: for the float32 SavedModel and each .tflite,
-top-1 accuracy, agreement with the SavedModel's top-1 (share of images with the same class), file size and the
-median single-image latency on this machine. Written beside the files as ``tflite_report.json`` and a table in
-``tflite_report.txt``.
+"""What quantization cost, measured on the run's own validation images: for the float32 SavedModel and each .tflite
+(or .onnx, ``onnx_export``), top-1 accuracy, agreement with the SavedModel's top-1 (share of images with the same
+class), file size and the median single-image latency on this machine. Written beside the files as
+``tflite_report.json`` and a table in ``tflite_report.txt`` (``onnx_report.*`` for the ONNX files).
 """
 import dataclasses
 import json
@@ -17,6 +17,8 @@ from resnet.estimator import files
 from resnet.export import litert_runtime
 
 REPORT_NAME = 'tflite_report'
+REPORT_NAMES = (REPORT_NAME, 'onnx_report')
+DEPLOYED_FILES = ('.tflite', '.onnx')  # beside the SavedModel, not part of it
 SERVING_SIGNATURE = 'serving_images'
 
 
@@ -34,7 +36,7 @@ class Row:
 
 def directory_bytes(path: str) -> int:
   return sum(tf.io.gfile.stat(os.path.join(root, name)).length for root, _, names in tf.io.gfile.walk(path)
-             for name in names if not name.endswith('.tflite') and not name.startswith(REPORT_NAME))
+             for name in names if not name.endswith(DEPLOYED_FILES) and not name.startswith(REPORT_NAMES))
 
 
 class Reference:
@@ -59,9 +61,13 @@ class Reference:
 
   def measure(self, name: str, kind: str, flatbuffer: bytes, images: np.ndarray) -> Row:
     model = litert_runtime.Model(flatbuffer)
-    predicted = model.probabilities(images).argmax(axis=1)
-    return Row(name, kind, len(flatbuffer), float(np.mean(predicted == self.labels)),
-               float(np.mean(predicted == self.predicted)), model.latency_ms(images[0]), model.runtime)
+    return self.row_for(name, kind, len(flatbuffer), model.probabilities(images).argmax(axis=1),
+                        model.latency_ms(images[0]), model.runtime)
+
+  def row_for(self, name: str, kind: str, size: int, predicted: np.ndarray, latency_ms: float, runtime: str) -> Row:
+    """A file's row from its top-1 classes on the reference's images."""
+    return Row(name, kind, size, float(np.mean(predicted == self.labels)), float(np.mean(predicted == self.predicted)),
+               latency_ms, runtime)
 
 
 def table(rows: Sequence[Row], num_images: int) -> str:
@@ -75,10 +81,11 @@ def table(rows: Sequence[Row], num_images: int) -> str:
   return '\n'.join(lines) + '\n'
 
 
-def write(directory: str, rows: Sequence[Row], num_images: int) -> str:
+def write(directory: str, rows: Sequence[Row], num_images: int, name: str = REPORT_NAME) -> str:
+  """``name``.txt (the table) and ``name``.json beside the files."""
   text = table(rows, num_images)
-  files.atomic_write(os.path.join(directory, REPORT_NAME + '.txt'), text)
-  files.atomic_write(os.path.join(directory, REPORT_NAME + '.json'), json.dumps(
+  files.atomic_write(os.path.join(directory, name + '.txt'), text)
+  files.atomic_write(os.path.join(directory, name + '.json'), json.dumps(
       {'num_images': num_images, 'rows': [dataclasses.asdict(r) for r in rows]}, indent=2))
-  logging.info('TFLite exports measured:\n%s', text)
+  logging.info('Wrote the measured table to %s.txt (and .json).', os.path.join(directory, name))
   return text

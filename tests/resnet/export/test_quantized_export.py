@@ -17,34 +17,9 @@ from resnet.export import litert_runtime
 from resnet.export import tflite_export
 from resnet.export import tflite_report
 from tests.helpers import cli
+from tests.helpers import small_model
 
-SIZE = 8
-
-
-def _small_model(seed: int = 0) -> keras.Model:
-  keras.utils.set_random_seed(seed)
-  inputs = keras.Input((SIZE, SIZE, 3))
-  x = keras.layers.Rescaling(1 / 255.0)(inputs)
-  x = keras.layers.Conv2D(8, 3, activation='relu')(x)
-  x = keras.layers.GlobalAveragePooling2D()(x)
-  return keras.Model(inputs, keras.layers.Dense(4)(x))
-
-
-def _saved_model(model: keras.Model, directory: str) -> str:
-  """A SavedModel with the export's ``serving_images`` signature."""
-  module = tf.Module()
-  module.model = model
-
-  @tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.float32, name='images')])
-  def serving_images(images):
-    return {'probabilities': tf.nn.softmax(model(images, training=False))}
-  tf.saved_model.save(module, directory, signatures={'serving_images': serving_images})
-  return directory
-
-
-def _images(count: int, seed: int):
-  rng = np.random.default_rng(seed)
-  return rng.uniform(0, 255, (count, SIZE, SIZE, 3)).astype(np.float32), rng.integers(0, 4, count)
+SIZE = small_model.SIZE
 
 
 def test_the_quantization_kinds_are_the_params_choices():
@@ -52,11 +27,11 @@ def test_the_quantization_kinds_are_the_params_choices():
 
 
 def test_each_quantized_file_is_measured_written_and_run_by_litert(tmp_path):
-  model = _small_model()
-  directory = _saved_model(model, str(tmp_path / 'export'))
+  model = small_model.model()
+  directory = small_model.saved_model(model, str(tmp_path / 'export'))
   float32_file = tflite_export.convert(model, SIZE)
-  images, labels = _images(40, seed=1)
-  calibration, _ = _images(16, seed=2)
+  images, labels = small_model.images(40, seed=1)
+  calibration, _ = small_model.images(16, seed=2)
   rows = tflite_export.export_quantized(directory, model, float32_file, SIZE, 'float32', tflite_export.QuantizedExports(
       ['float16', 'dynamic_int8', 'int8'], calibration, images, labels, min_agreement=0.0, int8_io=True))
   assert [r.kind for r in rows] == ['saved_model', 'float32', 'float16', 'dynamic_int8', 'int8']
@@ -77,11 +52,11 @@ def test_each_quantized_file_is_measured_written_and_run_by_litert(tmp_path):
 
 
 def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(tmp_path, monkeypatch):
-  model = _small_model()
-  directory = _saved_model(model, str(tmp_path / 'export'))
+  model = small_model.model()
+  directory = small_model.saved_model(model, str(tmp_path / 'export'))
   float32_file = tflite_export.convert(model, SIZE)
   (tmp_path / 'export' / 'model.tflite').write_bytes(float32_file)
-  images, labels = _images(20, seed=1)
+  images, labels = small_model.images(20, seed=1)
   measure = tflite_report.Reference.measure
 
   def disagreeing(self, name, kind, flatbuffer, images):
@@ -102,7 +77,7 @@ def test_a_model_that_cannot_be_quantized_is_named_and_nothing_is_written(tmp_pa
   inputs = keras.Input((SIZE, SIZE, 3))
   x = keras.layers.Lambda(tf.math.erf)(keras.layers.Conv2D(4, 3)(inputs))   # no TFLite kernel at all
   model = keras.Model(inputs, keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(x)))
-  calibration, _ = _images(4, seed=2)
+  calibration, _ = small_model.images(4, seed=2)
   with pytest.raises(tflite_export.QuantizationError, match=r'no TFLite kernel in int8 or float \(.*Erf'):
     tflite_export.convert(model, SIZE, tflite_export.Quantization('int8', calibration))
 
@@ -161,9 +136,9 @@ def test_quantized_exports_need_the_runs_records(tmp_path):
 def test_int8_input_and_output_tensors_compute_what_float_io_does(tmp_path):
   """The runtime quantizes 0..255 images into the int8 input and dequantizes the int8 output: the same model with
   float input and output answers the same within the int8 steps."""
-  model = _small_model()
-  calibration, _ = _images(16, seed=2)
-  images, _ = _images(12, seed=3)
+  model = small_model.model()
+  calibration, _ = small_model.images(16, seed=2)
+  images, _ = small_model.images(12, seed=3)
   float_io = litert_runtime.Model(tflite_export.convert(model, SIZE, tflite_export.Quantization('int8', calibration)))
   int8_io = litert_runtime.Model(tflite_export.convert(
       model, SIZE, tflite_export.Quantization('int8', calibration, int8_io=True)))
@@ -172,9 +147,9 @@ def test_int8_input_and_output_tensors_compute_what_float_io_does(tmp_path):
 
 
 def test_without_ai_edge_litert_the_check_falls_back_to_tensorflow_and_says_so(monkeypatch, caplog):
-  model = _small_model()
+  model = small_model.model()
   flatbuffer = tflite_export.convert(model, SIZE)
-  images, _ = _images(3, seed=4)
+  images, _ = small_model.images(3, seed=4)
   expected = litert_runtime.Model(flatbuffer).probabilities(images)
   monkeypatch.setitem(sys.modules, 'ai_edge_litert.interpreter', None)   # the import fails
   monkeypatch.setattr(litert_runtime, '_WARNED', [])

@@ -1,0 +1,64 @@
+"""Running an .onnx file with ONNX Runtime (CPU), the runtime the file is checked with before it is written and
+that ``--predict_onnx`` uses: batches of float32 images 0..255 in, probabilities out (the input's batch dimension is
+dynamic), and the single-image latency of the export table.
+
+The ONNX packages are an extra (``pip install -e '.[onnx]'``), never needed for training: ``require()`` says so in
+one message when they are missing.
+"""
+import importlib
+import time
+from typing import List, Union
+
+import numpy as np
+
+INSTALL = "pip install -e '.[onnx]'"  # tf2onnx, onnx, onnxruntime (setup.py's onnx extra)
+
+
+class MissingOnnxError(ValueError):
+  """The onnx extra is not installed (a ValueError: the params that ask for ONNX cannot be met here)."""
+
+
+def require(purpose: str):
+  """The ``onnxruntime`` module; without the extra, one message naming what needs it and the install command."""
+  try:
+    modules = [importlib.import_module(name) for name in ('onnxruntime', 'onnx', 'tf2onnx')]
+  except ImportError as e:
+    raise MissingOnnxError(f'{purpose} needs the ONNX packages (tf2onnx, onnx, onnxruntime), which training does '
+                           f'not: install them with {INSTALL} ({e}).') from e
+  return modules[0]
+
+
+class Model:
+  """One .onnx (a path or the serialized bytes) in an ONNX Runtime CPU session."""
+
+  def __init__(self, source: Union[str, bytes], num_threads: int = 0):
+    ort = require('Running an .onnx file')
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = num_threads
+    options.log_severity_level = 3  # errors only: the quantized files' constant-folding notes are not for users
+    self.session = ort.InferenceSession(source, options, providers=['CPUExecutionProvider'])
+    self.runtime = f'ONNX Runtime {ort.__version__} (CPU)'
+    (self.input,) = self.session.get_inputs()
+    self.outputs = [o.name for o in self.session.get_outputs()]
+    self.image_size = int(self.input.shape[1])
+    probabilities = next(o for o in self.session.get_outputs() if o.name == 'probabilities')
+    self.num_classes = int(probabilities.shape[-1])
+
+  def probabilities(self, images: np.ndarray, batch_size: int = 32) -> np.ndarray:
+    """[N, S, S, 3] images 0..255 -> [N, classes] probabilities, in batches (the batch dimension is dynamic)."""
+    images = np.asarray(images, np.float32)
+    outputs: List[np.ndarray] = []
+    for start in range(0, len(images), batch_size):
+      outputs.append(self.session.run(['probabilities'], {self.input.name: images[start:start + batch_size]})[0])
+    return np.concatenate(outputs).astype(np.float32)
+
+  def latency_ms(self, image: np.ndarray, repeats: int = 20) -> float:
+    """Median milliseconds of one run on a batch of one image, after one warm-up run."""
+    feed = {self.input.name: np.asarray(image, np.float32)[None]}
+    self.session.run(['probabilities'], feed)
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      self.session.run(['probabilities'], feed)
+      times.append((time.perf_counter() - start) * 1e3)
+    return float(np.median(times))

@@ -1,0 +1,216 @@
+"""ONNX exports (float32, float16, static int8) converted by tf2onnx and run by ONNX Runtime, measured on the run's
+own images; predict with an .onnx; the missing extra and a TensorFlow without tf.lite each named in one message.
+The first tests use a small Keras model (fast); the last exports a finished tiny ResNet-18 run through the CLI."""
+import csv
+import glob
+import importlib
+import json
+import os
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+import tensorflow as tf
+
+from params import resnet_config
+from resnet import run_params
+from resnet.export import exporting
+from resnet.export import onnx_export
+from resnet.export import onnx_runtime
+from resnet.export import tflite_export
+from resnet.export import tflite_report
+from tests.helpers import cli
+from tests.helpers import small_model
+
+SIZE = small_model.SIZE
+
+
+def test_the_quantization_kinds_are_the_params_choices():
+  assert resnet_config.ONNX_QUANTIZATIONS == onnx_export.QUANTIZATIONS
+
+
+def test_the_file_computes_what_the_weights_do_for_any_batch_in_the_opset_named():
+  model = small_model.model()
+  data = onnx_export.convert(model, SIZE, opset=15)
+  proto = onnx.load_from_string(data)
+  assert {o.domain: o.version for o in proto.opset_import}[''] == 15
+  (images_input,) = proto.graph.input
+  assert images_input.name == 'images'
+  assert [d.dim_param or d.dim_value for d in images_input.type.tensor_type.shape.dim] == ['batch', SIZE, SIZE, 3]
+  served = onnx_runtime.Model(data)
+  assert served.image_size == SIZE and served.num_classes == 4 and served.runtime.startswith('ONNX Runtime')
+  images, _ = small_model.images(5, seed=1)
+  expected = tf.nn.softmax(model(images, training=False)).numpy()
+  for batch in (1, 2, 5):  # batches of 1, 2 (and a last one of 1) and 5 through the dynamic batch dimension
+    np.testing.assert_allclose(served.probabilities(images, batch_size=batch), expected, atol=1e-6)
+  probabilities, classes = served.session.run(['probabilities', 'classes'], {'images': images})
+  np.testing.assert_array_equal(classes, probabilities.argmax(axis=1))
+  assert served.latency_ms(images[0]) > 0
+
+
+def _exports(tmp_path, kinds, min_agreement=0.0):
+  model = small_model.model()
+  directory = small_model.saved_model(model, str(tmp_path / 'export'))
+  images, labels = small_model.images(40, seed=1)
+  calibration, _ = small_model.images(16, seed=2)
+  return model, directory, onnx_export.OnnxExports(13, kinds, calibration, images, labels, min_agreement)
+
+
+def test_each_file_is_measured_on_the_images_written_and_reported(tmp_path):
+  model, directory, exports = _exports(tmp_path, ['float16', 'int8'])
+  rows = onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
+  assert [r.kind for r in rows] == ['saved_model', 'float32', 'float16', 'int8']
+  assert all(r.runtime.startswith('ONNX Runtime') for r in rows[1:])
+  by_kind = {r.kind: r for r in rows}
+  assert by_kind['float32'].agreement == 1.0 and by_kind['float16'].agreement >= 0.95
+  for kind in ('float32', 'float16', 'int8'):
+    path = os.path.join(directory, onnx_export.file_name(kind))
+    assert os.path.getsize(path) == by_kind[kind].bytes
+    assert onnx_runtime.Model(path).probabilities(exports.images[:3]).shape == (3, 4)
+  weights = tf.nn.softmax(model(exports.images, training=False)).numpy()
+  float16 = onnx_runtime.Model(os.path.join(directory, 'model_float16.onnx')).probabilities(exports.images)
+  np.testing.assert_allclose(float16, weights, atol=5e-3)   # float16 compute, float32 input and output
+  int8 = onnx.load(os.path.join(directory, 'model_int8.onnx'))
+  assert any(node.op_type == 'QuantizeLinear' for node in int8.graph.node)   # QDQ: quantized, not a copy
+  report = json.loads((tmp_path / 'export' / 'onnx_report.json').read_text())
+  assert report['num_images'] == 40 and [r['name'] for r in report['rows']] == [
+      'SavedModel (float32)', 'model.onnx', 'model_float16.onnx', 'model_int8.onnx']
+  assert '| model_int8.onnx |' in (tmp_path / 'export' / 'onnx_report.txt').read_text()
+  # The SavedModel's size counts its own files, not the deployed files and reports now beside them.
+  assert tflite_report.directory_bytes(directory) == rows[0].bytes
+
+
+def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(tmp_path, monkeypatch):
+  model, directory, exports = _exports(tmp_path, ['float16', 'int8'], min_agreement=0.9)
+  predicted = tf.nn.softmax(model(exports.images, training=False)).numpy().argmax(axis=1)
+  rare = int(np.argmin(np.bincount(predicted, minlength=4)))
+  quantize = onnx_export.quantize
+
+  def disagreeing(float32_file, kind, calibration=None):
+    if kind != 'int8':
+      return quantize(float32_file, kind, calibration)
+    other = small_model.model()   # answers the class the SavedModel answers least, for every image
+    kernel, bias = other.layers[-1].get_weights()
+    other.layers[-1].set_weights([np.zeros_like(kernel), np.eye(4, dtype=np.float32)[rare] * 10])
+    return onnx_export.convert(other, SIZE, 13)
+  monkeypatch.setattr(onnx_export, 'quantize', disagreeing)
+  with pytest.raises(onnx_export.QuantizationError, match=r'model_int8.onnx agrees .* of 40 validation images, '
+                     r'below tflite_min_agreement=0.9'):
+    onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
+  written = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / 'export' / '*.onnx')))
+  assert written == ['model.onnx', 'model_float16.onnx']   # the refused file is not there, the others stay
+  assert not glob.glob(str(tmp_path / 'export' / '*.tmp*'))
+  assert 'model_int8.onnx (not written: below tflite_min_agreement)' in (
+      tmp_path / 'export' / 'onnx_report.txt').read_text()
+
+
+def test_a_conversion_that_differs_from_its_weights_writes_nothing(tmp_path, monkeypatch):
+  model, directory, exports = _exports(tmp_path, [])
+  convert, other = onnx_export.convert, small_model.model(seed=1)
+  monkeypatch.setattr(onnx_export, 'convert', lambda net, size, opset: convert(other, size, opset))
+  with pytest.raises(RuntimeError, match=r'The ONNX conversion differs from the float32 weights .* was not written'):
+    onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
+  assert not glob.glob(str(tmp_path / 'export' / '*.onnx'))
+
+
+def _params(tmp_path, **values):
+  return run_params.make_params({'model_dir': str(tmp_path / 'run'), 'image_size': 32, **values})
+
+
+def test_without_the_extra_one_message_names_the_install_command_before_anything_runs(tmp_path, monkeypatch):
+  real = importlib.import_module
+
+  def without_tf2onnx(name, *args):
+    if name == 'tf2onnx':
+      raise ImportError("No module named 'tf2onnx'")
+    return real(name, *args)
+  monkeypatch.setattr(onnx_runtime.importlib, 'import_module', without_tf2onnx)
+  with pytest.raises(ValueError, match=r"--export_onnx needs the ONNX packages .* pip install -e '\.\[onnx\]'"):
+    _params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True)
+  with pytest.raises(ValueError, match=r"--predict_onnx needs the ONNX packages .* pip install -e '\.\[onnx\]'"):
+    _params(tmp_path, predict_onnx=str(tmp_path / 'model.onnx'))
+  _params(tmp_path, export_dir=str(tmp_path / 'export'))   # training and other exports need none of it
+
+
+def test_onnx_quantizations_need_the_runs_records_and_predict_takes_one_file(tmp_path):
+  with pytest.raises(ValueError, match=r'onnx_quantizations calibrates int8 .* set --data_dir'):
+    _params(tmp_path, export_dir=str(tmp_path / 'export'), onnx_quantizations=['int8'])
+  with pytest.raises(ValueError, match=r"one of \['float16', 'int8'\]"):
+    _params(tmp_path, export_dir=str(tmp_path / 'export'), onnx_quantizations=['dynamic_int8'])
+  with pytest.raises(ValueError, match='predict with one file at a time'):
+    _params(tmp_path, predict_onnx='a.onnx', predict_tflite='a.tflite')
+
+
+def test_without_records_the_float32_file_is_checked_but_not_measured(tmp_path, caplog):
+  exports = exporting.onnx_exports(_params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True))
+  assert exports.images is None and exports.kinds == () and exports.opset == 17
+  assert any('not measured on validation images' in r.getMessage() for r in caplog.records)
+  model = small_model.model()
+  directory = small_model.saved_model(model, str(tmp_path / 'export'))
+  assert onnx_export.export_onnx(directory, model, SIZE, 'float32', exports) == []
+  assert os.path.exists(os.path.join(directory, 'model.onnx'))
+  assert not os.path.exists(os.path.join(directory, 'onnx_report.txt'))
+
+
+def test_a_tensorflow_without_tf_lite_is_told_what_to_do_before_training(tmp_path, monkeypatch):
+  """TensorFlow is moving tf.lite into LiteRT, whose wheel has no converter for TensorFlow models yet."""
+  monkeypatch.setattr(tf, 'lite', None)
+  with pytest.raises(ValueError, match=r'has no tf.lite.TFLiteConverter .*--export_onnx'):
+    _params(tmp_path, export_dir=str(tmp_path / 'export'), export_tflite=True)
+  with pytest.raises(tflite_export.NoConverterError, match='TensorFlow 2.21'):
+    tflite_export.convert(small_model.model(), SIZE)
+  _params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True)   # ONNX needs no tf.lite
+
+
+@pytest.fixture(scope='module')
+def onnx_run(module_tmp):
+  """A copy of the session's finished tiny run, exported with every ONNX file through the CLI with nothing
+  restated (depth, classes, image size and data come from its params.yaml)."""
+  model_dir, data_dir, _ = cli.shared_trained_run()
+  root = module_tmp.mktemp('onnx')
+  run = root / 'model'
+  shutil.copytree(model_dir, run, ignore=shutil.ignore_patterns('export'))
+  result = cli.run_in_process('--mode=export', f'--model_dir={run}', f'--export_dir={root / "export"}',
+                              '--export_onnx=true', '--onnx_quantizations=float16,int8', '--tflite_eval_images=16',
+                              '--tflite_calibration_images=8', '--tflite_min_agreement=0', '--use_tpu=false', base=())
+  return root, run, data_dir, result
+
+
+@pytest.mark.slow
+def test_a_finished_run_exports_measured_onnx_files_with_nothing_restated(onnx_run):
+  root, _, _, result = onnx_run
+  assert result.code == 0, result.log[-3000:]
+  (version,) = glob.glob(str(root / 'export' / '*'))
+  assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(version, '*.onnx'))) == [
+      'model.onnx', 'model_float16.onnx', 'model_int8.onnx']
+  assert 'Exported ONNX:' in result.out and '| model_int8.onnx |' in result.out and 'ONNX Runtime' in result.out
+  report = json.loads(open(os.path.join(version, 'onnx_report.json')).read())
+  assert report['num_images'] == 16 and report['rows'][1]['agreement'] == 1.0   # model.onnx vs the SavedModel
+  served = onnx_runtime.Model(os.path.join(version, 'model.onnx'))
+  assert (served.image_size, served.num_classes) == (32, 4)
+
+
+def _predicted_classes(path):
+  with open(path) as f:
+    return [(row['image'], row['top1_label']) for row in csv.DictReader(f)]
+
+
+@pytest.mark.slow
+def test_predict_with_the_onnx_file_writes_what_the_checkpoint_predicts(onnx_run, tmp_path):
+  root, run, data_dir, _ = onnx_run
+  (version,) = glob.glob(str(root / 'export' / '*'))
+  outputs = {}
+  for name, flags in (('checkpoint', []), ('onnx', [f'--predict_onnx={version}/model.onnx'])):
+    outputs[name] = tmp_path / f'{name}.csv'
+    result = cli.run_in_process('--mode=predict', f'--model_dir={run}', f'--data_dir={data_dir}',
+                                f'--predict_output={outputs[name]}', '--use_tpu=false', *flags, base=())
+    assert result.code == 0, result.log[-3000:]
+  assert 'ONNX Runtime' in result.log
+  checkpoint, deployed = (outputs[n].read_text().splitlines() for n in ('checkpoint', 'onnx'))
+  assert checkpoint[0] == deployed[0] and len(deployed) == len(checkpoint) > 1
+  assert _predicted_classes(outputs['onnx']) == _predicted_classes(outputs['checkpoint'])
+  assert (tmp_path / 'onnx_report.json').exists()   # the labelled per-class report, as for the checkpoint
+  missing = cli.run_in_process('--mode=predict', f'--model_dir={run}', f'--data_dir={data_dir}',
+                               f'--predict_onnx={root / "none.onnx"}', '--use_tpu=false', base=())
+  assert missing.code == 1 and 'no such file' in missing.log and 'model*.onnx' in missing.log
