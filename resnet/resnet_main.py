@@ -179,6 +179,7 @@ def main(argv: Any) -> None:
       raise ValueError('--mode=export needs --export_dir (where the SavedModel goes).')
   with console.reported_errors() as outcome:
     distribution.configure_cluster(params.worker_hosts, params.task_index)
+    exporting.check_needs(params, mode, chief=distribution.is_chief_task())  # before anything trains
     # A new model_dir's export writes the warm-started weights as its first checkpoint: a run like training's.
     training = mode in ('train', 'train_and_eval') or (mode == 'export' and not checkpoints_lib.has_checkpoint(
         params.model_dir))

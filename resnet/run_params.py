@@ -25,7 +25,6 @@ from resnet import model_dir as model_dir_lib
 from resnet import params_files
 from resnet.estimator import checkpoints
 from resnet.estimator import files
-from resnet.export import onnx_runtime
 from resnet.training import mixing
 from resnet.weights import foreign_weights
 
@@ -63,26 +62,9 @@ def quantized_exports_have_data(values: Mapping[str, Any]) -> None:
                        f'to the converted records, or export without {key}')
 
 
-def tflite_converter_present(values: Mapping[str, Any]) -> None:
-  """A run that will write .tflite files checks that this TensorFlow can convert them before it trains."""
-  if values['export_dir'] and (values['export_tflite'] or values['tflite_quantizations']):
-    from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
-    try:
-      tflite_export.converter_class()
-    except tflite_export.NoConverterError as e:
-      raise ValueError(str(e)) from e
-
-
-def onnx_installed(values: Mapping[str, Any]) -> None:
-  """The ONNX packages are an extra: a run that will export or predict with ONNX checks for them before it trains."""
-  exporting = values['export_dir'] and (values['export_onnx'] or values['onnx_quantizations'])
-  if exporting or values['predict_onnx']:
-    onnx_runtime.require('--export_onnx' if exporting else '--predict_onnx')
-
-
 # The components that take a group of params check their own rules (one place for each rule).
 VALIDATORS = (model_config.validate, resnet_preprocessing.AugmentConfig.from_params, mixing.MixConfig.from_params,
-              quantized_exports_have_data, tflite_converter_present, onnx_installed)
+              quantized_exports_have_data)
 
 
 def _balanced(values: Mapping[str, Any]) -> Dict[str, Any]:

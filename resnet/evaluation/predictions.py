@@ -93,6 +93,7 @@ def tflite_predictions(path: str, input_fn, image_size: int, batch_size: int,
   own numbers on the same images, preprocessed as eval does."""
   from resnet.export import litert_runtime  # pylint: disable=g-import-not-at-top
   _check_file('--predict_tflite', path, 'model*.tflite')
+  litert_runtime.runtime()  # a missing runtime says so, not that the file is bad
   try:
     model = litert_runtime.Model(path)
   except ValueError as e:
@@ -108,7 +109,7 @@ def onnx_predictions(path: str, input_fn, image_size: int, batch_size: int,
   """The same from an .onnx file with ONNX Runtime (``--predict_onnx``)."""
   from resnet.export import onnx_runtime  # pylint: disable=g-import-not-at-top
   _check_file('--predict_onnx', path, 'model*.onnx')
-  onnx_runtime.require('--predict_onnx')
+  onnx_runtime.require('--predict_onnx', ('onnxruntime',))
   try:
     model = onnx_runtime.Model(path)
   except Exception as e:  # pylint: disable=broad-except  (onnxruntime's errors have no common public base)

@@ -13,9 +13,25 @@ from absl import logging
 import tensorflow as tf
 
 from official_input import resnet_preprocessing
+from params import resnet_config
 from resnet.estimator import best_checkpoint as best_checkpoint_lib
 from resnet.estimator.estimator import Estimator
+from resnet.export import onnx_runtime
 from resnet.training import resnet_model_fn
+
+
+def check_needs(params: Mapping[str, Any], mode: str, chief: bool) -> None:
+  """Before the run trains: what its export (on the chief, which exports alone) or its predict with an .onnx needs
+  installed: tf.lite's converter for .tflite files, the onnx extra for .onnx files; each missing one is named with
+  what to do."""
+  exporting = chief and mode in resnet_config.EXPORTING and params['export_dir']
+  if exporting and (params['export_tflite'] or params['tflite_quantizations']):
+    from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
+    tflite_export.converter_class()
+  if exporting and (params['export_onnx'] or params['onnx_quantizations']):
+    onnx_runtime.require('--export_onnx')
+  if mode == 'predict' and params['predict_onnx']:
+    onnx_runtime.require('--predict_onnx', ('onnxruntime',))
 
 
 def export(estimator: Estimator, params: Mapping[str, Any],
@@ -30,8 +46,8 @@ def export(estimator: Estimator, params: Mapping[str, Any],
 
 def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optional[str]) -> str:
   weights = resnet_model_fn.averaged_weights(estimator.scope) if params['export_moving_average'] else None
-  quantized = quantized_exports(params)  # the run's images read first: a missing split writes nothing
-  onnx = onnx_exports(params)
+  measured = measured_images(params)  # the run's images read first: a missing split writes nothing
+  quantized, onnx = quantized_exports(params, measured), onnx_exports(params, measured)
   path = estimator.export_saved_model(params['export_dir'], resnet_model_fn.serving_inputs(params),
                                       checkpoint_path=checkpoint, assets_extra_fn=warmup_requests(params),
                                       weights=weights)
@@ -76,37 +92,46 @@ def warmup_requests(params: Mapping[str, Any]) -> Optional[Callable[[str], None]
   return write
 
 
-def quantized_exports(params: Mapping[str, Any]):
-  """What the quantized files need from the run's records (None without tflite_quantizations)."""
+def measured_images(params: Mapping[str, Any]):
+  """(validation images, their labels, int8 calibration images or None), read once for the .tflite and .onnx files
+  measured on them; None when no file is (no quantized .tflite, and no .onnx or a run without records)."""
+  from official_input import dataset_info  # pylint: disable=g-import-not-at-top
+  from resnet.export import host_images  # pylint: disable=g-import-not-at-top
+  onnx = (params['export_onnx'] or params['onnx_quantizations']) and not dataset_info.is_synthetic(params['data_dir'])
+  if not (params['tflite_quantizations'] or onnx):
+    return None
+  images, labels = host_images.host_images(params, 'validation', params['tflite_eval_images'])
+  int8 = 'int8' in params['tflite_quantizations'] or 'int8' in params['onnx_quantizations']
+  calibration = host_images.host_images(params, 'train', params['tflite_calibration_images'])[0] if int8 else None
+  return images, labels, calibration
+
+
+def quantized_exports(params: Mapping[str, Any], measured):
+  """What the quantized .tflite files need (None without tflite_quantizations); ``measured``: measured_images."""
   if not params['tflite_quantizations']:
     return None
-  from resnet.export import host_images  # pylint: disable=g-import-not-at-top
   from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
-  images, labels = host_images.host_images(params, 'validation', params['tflite_eval_images'])
-  calibration = (host_images.host_images(params, 'train', params['tflite_calibration_images'])[0]
-                 if 'int8' in params['tflite_quantizations'] else None)
-  return tflite_export.QuantizedExports(params['tflite_quantizations'], calibration, images, labels,
-                                        params['tflite_min_agreement'], params['tflite_int8_io'],
+  images, labels, calibration = measured
+  return tflite_export.QuantizedExports(params['tflite_quantizations'],
+                                        calibration if 'int8' in params['tflite_quantizations'] else None, images,
+                                        labels, params['tflite_min_agreement'], params['tflite_int8_io'],
                                         params['tflite_float_fallback'])
 
 
-def onnx_exports(params: Mapping[str, Any]):
-  """What the ONNX files need (None without export_onnx or onnx_quantizations): the run's validation images when it
-  has records (every file is measured on them), training images for int8."""
+def onnx_exports(params: Mapping[str, Any], measured):
+  """What the .onnx files need (None without export_onnx or onnx_quantizations); ``measured``: measured_images,
+  None for a run without records, whose model.onnx is checked against its weights but not measured."""
   if not (params['export_onnx'] or params['onnx_quantizations']):
     return None
-  from official_input import dataset_info  # pylint: disable=g-import-not-at-top
-  from resnet.export import host_images  # pylint: disable=g-import-not-at-top
   from resnet.export import onnx_export  # pylint: disable=g-import-not-at-top
-  kinds = params['onnx_quantizations']
-  if dataset_info.is_synthetic(params['data_dir']):  # validation refused quantizations: the float32 file only
+  if measured is None:  # validation refuses quantizations without records: the float32 file only
     logging.warning('export_onnx: this run has no records (data_dir unset), so model.onnx is checked against its '
-                    'weights on random images but not measured on validation images (no onnx_report.txt).')
+                    'weights and the SavedModel on random images but not measured on validation images (no '
+                    'onnx_report.txt).')
     return onnx_export.OnnxExports(params['onnx_opset'])
-  images, labels = host_images.host_images(params, 'validation', params['tflite_eval_images'])
-  calibration = (host_images.host_images(params, 'train', params['tflite_calibration_images'])[0]
-                 if 'int8' in kinds else None)
-  return onnx_export.OnnxExports(params['onnx_opset'], kinds, calibration, images, labels,
+  images, labels, calibration = measured
+  kinds = params['onnx_quantizations']
+  return onnx_export.OnnxExports(params['onnx_opset'], kinds, calibration if 'int8' in kinds else None, images, labels,
                                  params['tflite_min_agreement'])
 
 

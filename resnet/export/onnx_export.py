@@ -10,7 +10,8 @@ Quantized files: ``float16`` (float16 weights and compute, float32 input and out
 (static QDQ quantization, int8 weights per channel, uint8 activations calibrated on the run's training images with
 eval preprocessing). With the run's records every file is measured on its validation images against the SavedModel
 (``onnx_report.txt``) and a quantized file whose top-1 agrees on fewer than ``tflite_min_agreement`` of them is not
-written (the export fails saying why; the files before it stay).
+written (the export fails saying why; the files before it stay). int8 is per channel without range reduction (for
+VNNI CPUs and GPUs): a CPU without VNNI may saturate, which the agreement measured on this machine shows.
 """
 import dataclasses
 import os
@@ -108,7 +109,8 @@ def quantize(float32_file: bytes, kind: str, calibration: Optional[np.ndarray] =
           activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8)
     except Exception as e:  # pylint: disable=broad-except  (the quantizer raises many types for one cause)
       cause = ' '.join(str(e).split())[:300] or type(e).__name__
-      raise QuantizationError(f'int8 ONNX quantization failed ({cause}): model_int8.onnx was not written.') from e
+      raise QuantizationError(f'int8 ONNX quantization failed ({cause}): model_int8.onnx was not written. Export '
+                              'float16 instead, or use the int8 .tflite (tflite_quantizations=int8).') from e
     with open(target, 'rb') as f:
       return f.read()
 
@@ -117,10 +119,17 @@ def export_onnx(saved_model_dir: str, copy: keras.Model, image_size: int, precis
                 exports: OnnxExports) -> List[tflite_report.Row]:
   """Writes ``model.onnx`` (and the quantized files) into ``saved_model_dir``, each checked first; returns the
   measured rows (empty without the run's images). ``copy``: the float32 model holding the exported weights."""
+  if exports.kinds and exports.images is None:
+    raise ValueError('Quantized ONNX files are measured on the run\'s validation images, and there are none.')
   float32_file = convert(copy, image_size, exports.opset)
   path = os.path.join(saved_model_dir, ONNX_NAME)
   images = tflite_export.parity_images(image_size)
-  served = onnx_runtime.Model(float32_file).probabilities(images)
+  try:  # tf2onnx converts what it can and leaves the rest: an op it could not convert fails here
+    served = onnx_runtime.Model(float32_file).probabilities(images)
+  except Exception as e:  # pylint: disable=broad-except  (onnxruntime's errors have no common public base)
+    raise RuntimeError(f'ONNX Runtime cannot run the converted model ({" ".join(str(e).split())[:300]}): {path} '
+                       'was not written (the SavedModel beside it is complete). Export without export_onnx, or '
+                       'report the op it names.') from e
   difference = float(np.max(np.abs(served - tf.nn.softmax(copy(images, training=False)).numpy())))
   if difference > PARITY_TOLERANCE:
     raise RuntimeError(f'The ONNX conversion differs from the float32 weights it was converted from by '
@@ -130,7 +139,8 @@ def export_onnx(saved_model_dir: str, copy: keras.Model, image_size: int, precis
   saved_difference = float(np.max(np.abs(served - saved(images=tf.constant(images))['probabilities'].numpy())))
   if precision == 'float32' and saved_difference > PARITY_TOLERANCE:
     raise RuntimeError(f'The ONNX model differs from the SavedModel by {saved_difference:.3g} (> '
-                       f'{PARITY_TOLERANCE:g}) on the same images: {path} was not written.')
+                       f'{PARITY_TOLERANCE:g}) on the same images: {path} was not written (the SavedModel beside '
+                       'it is complete). Export without export_onnx, or report the ops.')
   rows: List[tflite_report.Row] = []
   reference = None
   if exports.images is not None:
@@ -146,19 +156,25 @@ def export_onnx(saved_model_dir: str, copy: keras.Model, image_size: int, precis
   for kind in exports.kinds:
     try:
       data = quantize(float32_file, kind, exports.calibration)
-    except QuantizationError:
+      row = _measure(reference, file_name(kind), kind, data, exports.images)
+    except Exception as e:  # pylint: disable=broad-except  (the table of the files before it is still written)
       _write_report(saved_model_dir, rows, exports)
-      raise
-    row = _measure(reference, file_name(kind), kind, data, exports.images)
+      if isinstance(e, QuantizationError):
+        raise
+      raise QuantizationError(f'{file_name(kind)} could not be made or run ({" ".join(str(e).split())[:300]}): it '
+                              f'was not written; the files before it are complete. Export without {kind} in '
+                              'onnx_quantizations.') from e
     if row.agreement < exports.min_agreement:
       rows.append(dataclasses.replace(row, kept=False))
       _write_report(saved_model_dir, rows, exports)
+      advice = ('calibrate on more training images (tflite_calibration_images, '
+                f'{len(exports.calibration)} now)' if kind == 'int8' else
+                'export model.onnx alone (float16 rounding changes this model\'s answers)')
       raise QuantizationError(
           f'{file_name(kind)} agrees with the SavedModel\'s top-1 on {row.agreement:.1%} of {len(exports.images)} '
           f'validation images, below tflite_min_agreement={exports.min_agreement:g} (top-1 {row.top_1:.4f} vs '
-          f'{reference.row.top_1:.4f}): it was not written. '
-          + ('Calibrate on more training images (tflite_calibration_images); ' if kind == 'int8' else '')
-          + f'or lower tflite_min_agreement. The SavedModel and {ONNX_NAME} are complete; the table is in '
+          f'{reference.row.top_1:.4f}): it was not written. To keep it: {advice}; or lower tflite_min_agreement. '
+          f'The SavedModel and {ONNX_NAME} are complete; the table is in '
           f'{os.path.join(saved_model_dir, REPORT_NAME)}.txt.')
     files.atomic_write(os.path.join(saved_model_dir, file_name(kind)), data)
     rows.append(row)

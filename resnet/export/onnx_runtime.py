@@ -18,21 +18,24 @@ class MissingOnnxError(ValueError):
   """The onnx extra is not installed (a ValueError: the params that ask for ONNX cannot be met here)."""
 
 
-def require(purpose: str):
-  """The ``onnxruntime`` module; without the extra, one message naming what needs it and the install command."""
-  try:
-    modules = [importlib.import_module(name) for name in ('onnxruntime', 'onnx', 'tf2onnx')]
-  except ImportError as e:
-    raise MissingOnnxError(f'{purpose} needs the ONNX packages (tf2onnx, onnx, onnxruntime), which training does '
-                           f'not: install them with {INSTALL} ({e}).') from e
-  return modules[0]
+def require(purpose: str, modules=('onnxruntime', 'onnx', 'tf2onnx')):
+  """The ``onnxruntime`` module (after importing ``modules``); without the extra, or with a broken install, one
+  message naming what needs it and the install command. Running a file needs ONNX Runtime only."""
+  for name in modules:
+    try:
+      importlib.import_module(name)
+    except Exception as e:  # pylint: disable=broad-except  (a broken install raises more than ImportError)
+      raise MissingOnnxError(f'{purpose} needs the ONNX packages (tf2onnx, onnx, onnxruntime), which training does '
+                             f'not, and {name} could not be imported ({type(e).__name__}: {e}): install them with '
+                             f'{INSTALL}.') from e
+  return importlib.import_module('onnxruntime')
 
 
 class Model:
   """One .onnx (a path or the serialized bytes) in an ONNX Runtime CPU session."""
 
   def __init__(self, source: Union[str, bytes], num_threads: int = 0):
-    ort = require('Running an .onnx file')
+    ort = require('Running an .onnx file', ('onnxruntime',))
     options = ort.SessionOptions()
     options.intra_op_num_threads = num_threads
     options.log_severity_level = 3  # errors only: the quantized files' constant-folding notes are not for users

@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import onnx
@@ -15,7 +16,9 @@ import tensorflow as tf
 
 from params import resnet_config
 from resnet import run_params
+from resnet.estimator import files
 from resnet.export import exporting
+from resnet.export import litert_runtime
 from resnet.export import onnx_export
 from resnet.export import onnx_runtime
 from resnet.export import tflite_export
@@ -81,28 +84,58 @@ def test_each_file_is_measured_on_the_images_written_and_reported(tmp_path):
   assert tflite_report.directory_bytes(directory) == rows[0].bytes
 
 
-def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(tmp_path, monkeypatch):
+@pytest.mark.parametrize('refused,advice', [('int8', 'calibrate on more training images'),
+                                            ('float16', 'export model.onnx alone')])
+def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(tmp_path, monkeypatch, refused,
+                                                                                  advice):
   model, directory, exports = _exports(tmp_path, ['float16', 'int8'], min_agreement=0.9)
   predicted = tf.nn.softmax(model(exports.images, training=False)).numpy().argmax(axis=1)
   rare = int(np.argmin(np.bincount(predicted, minlength=4)))
   quantize = onnx_export.quantize
 
   def disagreeing(float32_file, kind, calibration=None):
-    if kind != 'int8':
+    if kind != refused:
       return quantize(float32_file, kind, calibration)
     other = small_model.model()   # answers the class the SavedModel answers least, for every image
-    kernel, bias = other.layers[-1].get_weights()
+    kernel, _ = other.layers[-1].get_weights()
     other.layers[-1].set_weights([np.zeros_like(kernel), np.eye(4, dtype=np.float32)[rare] * 10])
     return onnx_export.convert(other, SIZE, 13)
   monkeypatch.setattr(onnx_export, 'quantize', disagreeing)
-  with pytest.raises(onnx_export.QuantizationError, match=r'model_int8.onnx agrees .* of 40 validation images, '
-                     r'below tflite_min_agreement=0.9'):
+  with pytest.raises(onnx_export.QuantizationError, match=rf'model_{refused}.onnx agrees .* of 40 validation images, '
+                     rf'below tflite_min_agreement=0.9 .* To keep it: {advice}'):
     onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
   written = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / 'export' / '*.onnx')))
-  assert written == ['model.onnx', 'model_float16.onnx']   # the refused file is not there, the others stay
-  assert not glob.glob(str(tmp_path / 'export' / '*.tmp*'))
-  assert 'model_int8.onnx (not written: below tflite_min_agreement)' in (
+  assert written == (['model.onnx'] if refused == 'float16' else ['model.onnx', 'model_float16.onnx'])
+  assert not [n for n in os.listdir(directory) if files.is_temp(n)]
+  assert f'model_{refused}.onnx (not written: below tflite_min_agreement)' in (
       tmp_path / 'export' / 'onnx_report.txt').read_text()
+
+
+def test_a_quantizer_failure_names_the_file_and_keeps_the_table_of_the_files_before_it(tmp_path, monkeypatch):
+  from onnxruntime import quantization  # pylint: disable=import-outside-toplevel
+  model, directory, exports = _exports(tmp_path, ['float16', 'int8'])
+
+  def failing(*args, **kwargs):
+    raise RuntimeError('no kernel for op Foo')
+  monkeypatch.setattr(quantization, 'quantize_static', failing)
+  with pytest.raises(onnx_export.QuantizationError, match=r'int8 ONNX quantization failed \(no kernel for op Foo\): '
+                     r'model_int8.onnx was not written. Export float16 instead'):
+    onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
+  assert not os.path.exists(os.path.join(directory, 'model_int8.onnx'))
+  assert '| model_float16.onnx |' in (tmp_path / 'export' / 'onnx_report.txt').read_text()
+
+
+def test_int8_is_prepared_then_quantized_per_channel(monkeypatch):
+  from onnxruntime.quantization import shape_inference  # pylint: disable=import-outside-toplevel
+  prepared = []
+  real = shape_inference.quant_pre_process
+  monkeypatch.setattr(shape_inference, 'quant_pre_process', lambda *a, **k: prepared.append(a) or real(*a, **k))
+  model = small_model.model()
+  calibration, _ = small_model.images(16, seed=2)
+  int8 = onnx.load_from_string(onnx_export.quantize(onnx_export.convert(model, SIZE, 13), 'int8', calibration))
+  assert len(prepared) == 1   # ONNX Runtime's recommended preparation ran first
+  scales = [i for i in int8.graph.initializer if 'scale' in i.name and list(i.dims) == [8]]
+  assert scales   # one scale per output channel of the 8-channel conv
 
 
 def test_a_conversion_that_differs_from_its_weights_writes_nothing(tmp_path, monkeypatch):
@@ -114,23 +147,46 @@ def test_a_conversion_that_differs_from_its_weights_writes_nothing(tmp_path, mon
   assert not glob.glob(str(tmp_path / 'export' / '*.onnx'))
 
 
+def test_a_file_that_differs_from_a_float32_saved_model_writes_nothing(tmp_path):
+  _, _, exports = _exports(tmp_path, [])
+  directory = str(tmp_path / 'export')
+  with pytest.raises(RuntimeError, match=r'The ONNX model differs from the SavedModel by .* was not written'):
+    onnx_export.export_onnx(directory, small_model.model(seed=1), SIZE, 'float32', exports)  # other weights
+  assert not glob.glob(str(tmp_path / 'export' / '*.onnx'))
+
+
 def _params(tmp_path, **values):
   return run_params.make_params({'model_dir': str(tmp_path / 'run'), 'image_size': 32, **values})
 
 
-def test_without_the_extra_one_message_names_the_install_command_before_anything_runs(tmp_path, monkeypatch):
+def _without(monkeypatch, missing):
   real = importlib.import_module
 
-  def without_tf2onnx(name, *args):
-    if name == 'tf2onnx':
-      raise ImportError("No module named 'tf2onnx'")
+  def import_module(name, *args):
+    if name == missing:
+      raise ImportError(f"No module named '{missing}'")
     return real(name, *args)
-  monkeypatch.setattr(onnx_runtime.importlib, 'import_module', without_tf2onnx)
-  with pytest.raises(ValueError, match=r"--export_onnx needs the ONNX packages .* pip install -e '\.\[onnx\]'"):
-    _params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True)
-  with pytest.raises(ValueError, match=r"--predict_onnx needs the ONNX packages .* pip install -e '\.\[onnx\]'"):
-    _params(tmp_path, predict_onnx=str(tmp_path / 'model.onnx'))
-  _params(tmp_path, export_dir=str(tmp_path / 'export'))   # training and other exports need none of it
+  monkeypatch.setattr(onnx_runtime.importlib, 'import_module', import_module)
+
+
+def test_without_the_extra_one_message_names_the_install_command_before_anything_runs(tmp_path, monkeypatch):
+  _without(monkeypatch, 'tf2onnx')
+  exporting_run = _params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True)
+  with pytest.raises(ValueError, match=r"--export_onnx needs the ONNX packages .* tf2onnx could not be imported .* "
+                     r"pip install -e '\.\[onnx\]'"):
+    exporting.check_needs(exporting_run, 'train', chief=True)
+  exporting.check_needs(exporting_run, 'eval', chief=True)    # eval exports nothing
+  exporting.check_needs(exporting_run, 'train', chief=False)  # the chief exports alone
+  exporting.check_needs(_params(tmp_path, predict_onnx='m.onnx'), 'predict', chief=True)  # ONNX Runtime is enough
+  _without(monkeypatch, 'onnxruntime')
+  with pytest.raises(ValueError, match=r"--predict_onnx needs the ONNX packages .* onnxruntime could not be imported"):
+    exporting.check_needs(_params(tmp_path, predict_onnx='m.onnx'), 'predict', chief=True)
+  # Through the command line: refused before anything trains or is written.
+  run = tmp_path / 'cli_run'
+  result = cli.run_in_process('--mode=train', f'--model_dir={run}', f'--export_dir={tmp_path / "export"}',
+                              '--export_onnx=true', '--train_steps=1')
+  assert result.code == 1 and "pip install -e '.[onnx]'" in result.log
+  assert not run.exists()
 
 
 def test_onnx_quantizations_need_the_runs_records_and_predict_takes_one_file(tmp_path):
@@ -143,7 +199,9 @@ def test_onnx_quantizations_need_the_runs_records_and_predict_takes_one_file(tmp
 
 
 def test_without_records_the_float32_file_is_checked_but_not_measured(tmp_path, caplog):
-  exports = exporting.onnx_exports(_params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True))
+  params = _params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True)
+  assert exporting.measured_images(params) is None
+  exports = exporting.onnx_exports(params, None)
   assert exports.images is None and exports.kinds == () and exports.opset == 17
   assert any('not measured on validation images' in r.getMessage() for r in caplog.records)
   model = small_model.model()
@@ -156,11 +214,18 @@ def test_without_records_the_float32_file_is_checked_but_not_measured(tmp_path, 
 def test_a_tensorflow_without_tf_lite_is_told_what_to_do_before_training(tmp_path, monkeypatch):
   """TensorFlow is moving tf.lite into LiteRT, whose wheel has no converter for TensorFlow models yet."""
   monkeypatch.setattr(tf, 'lite', None)
-  with pytest.raises(ValueError, match=r'has no tf.lite.TFLiteConverter .*--export_onnx'):
-    _params(tmp_path, export_dir=str(tmp_path / 'export'), export_tflite=True)
-  with pytest.raises(tflite_export.NoConverterError, match='TensorFlow 2.21'):
+  params = _params(tmp_path, export_dir=str(tmp_path / 'export'), export_tflite=True)
+  with pytest.raises(tflite_export.NoConverterError, match=r'has no tf.lite.TFLiteConverter .*TensorFlow 2.21.*'
+                     r'--export_onnx'):
+    exporting.check_needs(params, 'train', chief=True)
+  with pytest.raises(tflite_export.NoConverterError):
     tflite_export.convert(small_model.model(), SIZE)
-  _params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True)   # ONNX needs no tf.lite
+  exporting.check_needs(_params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True), 'train',
+                        chief=True)   # ONNX needs no tf.lite
+  # Without ai-edge-litert either, running a .tflite names the package to install.
+  monkeypatch.setitem(sys.modules, 'ai_edge_litert.interpreter', None)
+  with pytest.raises(ValueError, match='pip install ai-edge-litert'):
+    litert_runtime.runtime()
 
 
 @pytest.fixture(scope='module')
