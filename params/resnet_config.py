@@ -162,6 +162,13 @@ PARAMS: Tuple[Param, ...] = (
       modes=TRAINING),
     P('weight_decay', 1e-4, 'L2 weight decay: wd * sum(w^2)/2 over non-normalisation variables.',
       checks=('>= 0',)),
+    P('weight_decay_biases', True, 'Whether weight_decay covers the biases (the classifier\'s and squeeze-excitation '
+      'convs\'), as the reference; false: kernels only (timm\'s default; normalisation is never decayed). LARS '
+      'always skips biases.'),
+    P('clip_grad_norm', 0.0, '> 0: clip the global norm of each update\'s gradients to this value (torchvision '
+      '--clip-grad-norm, timm --clip-grad): the gradients summed over every replica and micro-batch, unscaled '
+      'from float16 loss scaling, as the optimizer applies them (after head-only and layer-decay scaling).',
+      float, checks=('>= 0',), modes=TRAINING),
     P('label_smoothing', 0.0, 'Label smoothing.', checks=('>= 0', '< 1')),
     P('freeze_batch_norm', False, 'Fine-tuning: batch norm in inference mode while training (its moving statistics '
       'stay those of the checkpoint; gamma and beta still learn), for batches too small for good statistics.',

@@ -50,6 +50,7 @@ SUPPLIED: Tuple[RunValue, ...] = (
     RunValue('export_moving_average', 'which weights its export serves'),
     RunValue('label_smoothing', "the targets of the eval loss"),
     RunValue('weight_decay', "the eval loss's weight-decay term"),
+    RunValue('weight_decay_biases', "which variables the eval loss's weight-decay term covers"),
     RunValue('enable_lars', 'whether the eval loss has a weight-decay term (LARS applies it itself)'),
     RunValue('best_metric', 'the metric that chooses best/ (continuous eval updates it)'),
     RunValue('best_metric_goal', 'whether best_metric is better high or low'),

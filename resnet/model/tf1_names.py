@@ -69,11 +69,12 @@ def batch_norm_variables(model: keras.Model) -> list[keras.Variable]:
   return [v for k, v in tf1_variable_map(model).items() if is_batch_norm(k)]
 
 
-def weight_decay_variables(model: keras.Model) -> list[keras.Variable]:
+def weight_decay_variables(model: keras.Model, biases: bool = True) -> list[keras.Variable]:
   """The reference's L2 set: every trainable variable whose TF1 name has neither ``batch_normalization`` nor
   ``evonorm``.
 
   That is all conv kernels, the squeeze-excitation conv biases, ``dense/kernel`` and ``dense/bias`` (biases are
-  decayed too, as in the reference).
+  decayed too, as in the reference); ``biases=False`` leaves the biases out (kernels only, timm's default).
   """
-  return [v for k, v in tf1_variable_map(model).items() if v.trainable and not is_normalization(k)]
+  return [v for k, v in tf1_variable_map(model).items()
+          if v.trainable and not is_normalization(k) and (biases or not k.endswith('/bias'))]

@@ -53,12 +53,16 @@ def build_model(params: Mapping[str, Any]) -> keras.Model:
 def build_optimizer(params: Mapping[str, Any], model: keras.Model) -> keras.optimizers.Optimizer:
   # The step assigns the learning rate once per step (the same value the summaries show).
   # The train step sums the gradients over replicas itself (see optimizers.ReplicaSumOptimizer).
+  # clip_grad_norm: Keras clips in apply_gradients, after a loss-scale optimizer unscaled the gradients and before
+  # the update; the step hands it gradients already summed over every replica, so the norm is the global one.
+  clip = {'global_clipnorm': params['clip_grad_norm'] or None}
   if params['enable_lars']:  # the reference's LARS has no Nesterov variant: use_nesterov is for momentum only
     optimizer = optimizers.LARSMomentum(learning_rate=0.0, momentum=params['momentum'],
-                                        weight_decay=params['weight_decay'], nesterov=False, gradients_summed=True)
+                                        weight_decay=params['weight_decay'], nesterov=False, gradients_summed=True,
+                                        **clip)
   else:
     optimizer = optimizers.TF1Momentum(learning_rate=0.0, momentum=params['momentum'],
-                                       nesterov=params['use_nesterov'], gradients_summed=True)
+                                       nesterov=params['use_nesterov'], gradients_summed=True, **clip)
   if params['precision'] == 'float16':
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
   # Build slots now, eagerly: Keras 3 creates them lazily, which fails inside a distributed tf.function.
@@ -84,7 +88,7 @@ def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
   if not weight_decay or params['enable_lars']:
     return tf.constant(0.0, tf.float32)
   return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32))
-                                  for v in tf1_names.weight_decay_variables(model)])
+                                  for v in tf1_names.weight_decay_variables(model, params['weight_decay_biases'])])
 
 
 def _per_example_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:

@@ -288,6 +288,21 @@ def test_weight_decay_covers_conv_kernels_and_the_whole_dense_layer_but_no_batch
   assert not tf1_names.is_classifier_head('batch_normalization_52/gamma')
 
 
+def test_weight_decay_biases_false_decays_kernels_only_in_the_loss():
+  """timm's default (and torchvision's --bias-weight-decay=0): no decay on the classifier's and SE convs' biases."""
+  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  model = tiny.model(18, 10, se_ratio=0.25)
+  names = {id(v): n for n, v in tf1_names.tf1_variable_map(model).items()}
+  every = [names[id(v)] for v in tf1_names.weight_decay_variables(model)]
+  kernels = tf1_names.weight_decay_variables(model, biases=False)
+  assert [names[id(v)] for v in kernels] == [n for n in every if not n.endswith('/bias')]
+  assert len(every) - len(kernels) == 1 + 8 * 2   # dense/bias, and the 2 SE convs' biases in each of 8 blocks
+  term = resnet_model_fn._weight_decay(model, {'weight_decay': 0.1, 'enable_lars': False,  # pylint: disable=protected-access
+                                               'weight_decay_biases': False})
+  np.testing.assert_allclose(float(term), 0.1 * sum(0.5 * float(np.sum(np.square(v.numpy()))) for v in kernels),
+                             rtol=1e-5)
+
+
 # --- layout and precision ---------------------------------------------------------------------------------------
 
 

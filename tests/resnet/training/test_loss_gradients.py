@@ -104,11 +104,12 @@ def _expected_gradients(model, params, strategy, replicas: int):
   return total
 
 
-def _real_and_expected(tmp_path, case: str, replicas: int, precision: str = 'float32'):
+def _real_and_expected(tmp_path, case: str, replicas: int, precision: str = 'float32', **overrides):
   strategy = tiny.two_replicas() if replicas == 2 else None
-  params = tiny.resnet_params(tmp_path, num_label_classes=CLASSES, train_batch_size=BATCH, num_train_images=64,
-                              weight_decay=0.0, momentum=0.0, lr_warmup_epochs=0.0, train_steps=1,
-                              base_learning_rate=2.0, precision=precision, **CASES[case])
+  params = tiny.resnet_params(tmp_path, **{
+      **dict(num_label_classes=CLASSES, train_batch_size=BATCH, num_train_images=64, weight_decay=0.0, momentum=0.0,
+             lr_warmup_epochs=0.0, train_steps=1, base_learning_rate=2.0, precision=precision),
+      **CASES[case], **overrides})
   keras.utils.set_random_seed(4)
   estimator = tiny.resnet_estimator(params, strategy)
   estimator.build('train')
@@ -148,6 +149,21 @@ def test_two_replica_step_gradient_equals_the_hand_formulation(tmp_path, case):
 def test_float16_loss_scaled_step_gradient_equals_the_hand_formulation(tmp_path, case):
   real, expected, _ = _real_and_expected(tmp_path, case, replicas=2, precision='float16')
   _assert_close(real, expected, 3e-2)  # float16 activations: percent-level rounding, far below a wrong gradient
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('replicas,precision', [(1, 'float32'), (2, 'float32'), (2, 'float16')])
+def test_clip_grad_norm_scales_the_global_gradient_down_to_its_norm(tmp_path, replicas, precision):
+  """The update's gradient is the hand one times min(1, c / its global norm): the norm of the sum over replicas
+  (clipping each replica's share first gives another gradient), unscaled from float16 loss scaling (clipping the
+  scaled gradients gives one loss-scale times too small)."""
+  clip = 0.02
+  # A learning rate 100 times the other tests': the clipped update stays far above the weights' float32 rounding.
+  real, expected, _ = _real_and_expected(tmp_path, 'weighted', replicas=replicas, precision=precision,
+                                         clip_grad_norm=clip, base_learning_rate=200.0)
+  norm = float(np.sqrt(sum(np.sum(np.square(e, dtype=np.float64)) for e in expected)))
+  assert norm > 2 * clip   # the clip acts
+  _assert_close(real, [e * (clip / norm) for e in expected], 2e-3 if precision == 'float32' else 3e-2)
 
 
 @pytest.mark.slow
