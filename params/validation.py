@@ -79,18 +79,31 @@ def export_moving_average_needs_the_average(p: Mapping[str, Any]) -> Optional[st
   return None
 
 
-def layer_decay_is_not_for_lars(p: Mapping[str, Any]) -> Optional[str]:
-  if p['layer_decay'] is not None and p['enable_lars']:
-    return ('layer_decay scales each stage\'s gradients, which LARS normalises away: use layer_decay with the '
-            'momentum optimizer (enable_lars=false)')
+def lars_is_the_momentum_optimizer(p: Mapping[str, Any]) -> Optional[str]:
+  if p['enable_lars'] and p['optimizer'] != 'momentum':
+    return (f'enable_lars=true is the LARS optimizer and optimizer={p["optimizer"]!r} another: choose one '
+            '(enable_lars=false, or optimizer=momentum)')
   return None
 
 
-def head_only_steps_are_not_for_lars(p: Mapping[str, Any]) -> Optional[str]:
-  if p['train_head_only_steps'] and p['enable_lars']:
-    return ('train_head_only_steps freezes the backbone by zeroing its gradients, but LARS still applies its weight '
-            'decay (and a trust ratio of 1) to every kernel, so the backbone would move: use train_head_only_steps '
-            'with the momentum optimizer (enable_lars=false)')
+def _optimizer_name(p: Mapping[str, Any]) -> str:
+  return 'LARS' if p['enable_lars'] else {'adamw': 'AdamW', 'lamb': 'LAMB'}.get(p['optimizer'], '')
+
+
+def layer_decay_needs_momentum(p: Mapping[str, Any]) -> Optional[str]:
+  name = _optimizer_name(p)
+  if p['layer_decay'] is not None and name:
+    return (f'layer_decay scales each stage\'s gradients, which {name} normalises away: use layer_decay with the '
+            'momentum optimizer (optimizer=momentum, enable_lars=false)')
+  return None
+
+
+def head_only_steps_need_momentum(p: Mapping[str, Any]) -> Optional[str]:
+  name = _optimizer_name(p)
+  if p['train_head_only_steps'] and name:
+    return (f'train_head_only_steps freezes the backbone by zeroing its gradients, but {name} still applies its '
+            'weight decay to every kernel, so the backbone would move: use train_head_only_steps with the momentum '
+            'optimizer (optimizer=momentum, enable_lars=false)')
   return None
 
 
@@ -129,7 +142,8 @@ def one_deployed_file_to_predict_with(p: Mapping[str, Any]) -> Optional[str]:
 
 
 RULES: Tuple[Callable[[Mapping[str, Any]], Optional[str]], ...] = (
-    export_moving_average_needs_the_average, layer_decay_is_not_for_lars, head_only_steps_are_not_for_lars,
+    export_moving_average_needs_the_average, lars_is_the_momentum_optimizer, layer_decay_needs_momentum,
+    head_only_steps_need_momentum,
     frozen_batch_norm_needs_batch_norm, one_class_weight_per_class, no_transposed_input,
     one_deployed_file_to_predict_with)
 

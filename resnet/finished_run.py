@@ -52,6 +52,7 @@ SUPPLIED: Tuple[RunValue, ...] = (
     RunValue('weight_decay', "the eval loss's weight-decay term"),
     RunValue('weight_decay_biases', "which variables the eval loss's weight-decay term covers"),
     RunValue('enable_lars', 'whether the eval loss has a weight-decay term (LARS applies it itself)'),
+    RunValue('optimizer', 'whether the eval loss has a weight-decay term (AdamW and LAMB apply it themselves)'),
     RunValue('best_metric', 'the metric that chooses best/ (continuous eval updates it)'),
     RunValue('best_metric_goal', 'whether best_metric is better high or low'),
 )

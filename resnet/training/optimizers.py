@@ -6,6 +6,9 @@ the reference whenever the learning rate changes (warm-up, decay steps), so we k
 
 ``LARSMomentum`` is TF1 contrib's ``LARSOptimizer`` (the reference's large-batch option, whose import is broken
 there under TF 2) with its weight decay and skip list; its learning-rate schedule lives with the others (lr_schedules).
+
+``AdamW`` is ``torch.optim.AdamW`` (timm's and most guides' default for fine-tuning): Adam with the weight decay
+decoupled from the gradient, on the variables the L2 term would cover.
 """
 import re
 from typing import Callable, Sequence, Union
@@ -80,6 +83,88 @@ class TF1Momentum(ReplicaSumOptimizer):
     config = super().get_config()
     config.update(momentum=self.momentum, nesterov=self.nesterov)
     return config
+
+
+class AdamW(ReplicaSumOptimizer):
+  """Adam with decoupled weight decay (Loshchilov & Hutter 2019), step for step ``torch.optim.AdamW``:
+
+    t = updates so far + 1;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+    w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + epsilon)  +  lr * weight_decay * w   (w before the step)
+
+  the decay only on the variables ``decayed(path)`` names (the L2 set: kernels, and biases unless excluded; never
+  normalisation), so the loss has no L2 term. Not Keras' Adam, whose epsilon is added to the uncorrected sqrt(v).
+  A step a loss-scale optimizer skips does not count in t.
+  """
+
+  def __init__(self, learning_rate=1e-3, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-8,
+               weight_decay: float = 0.01, decayed: Callable[[str], bool] = lambda path: True,
+               name: str = 'adamw', **kwargs):
+    super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+    for label, beta in (('beta_1', beta_1), ('beta_2', beta_2)):
+      if not 0.0 <= beta < 1.0:
+        raise ValueError(f'{label} must be in [0, 1), got {beta}')
+    self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+    self.decoupled_weight_decay = weight_decay  # not Keras' weight_decay: that would decay a second time
+    self.decayed = decayed
+
+  def build(self, variables):
+    if self.built:
+      return
+    super().build(variables)
+    self.first_moments = [self.add_variable_from_reference(v, 'm') for v in variables]
+    self.second_moments = [self.add_variable_from_reference(v, 'v') for v in variables]
+    self._decays = [bool(self.decoupled_weight_decay) and self.decayed(_path(v)) for v in variables]
+
+  def decays(self, variable) -> bool:
+    """Whether ``variable`` (one the optimizer was built with) gets the decoupled weight decay."""
+    return self._decays[self._get_variable_index(variable)]
+
+  def update_step(self, gradient, variable, learning_rate):
+    index = self._get_variable_index(variable)
+    dtype = variable.dtype
+    lr = ops.cast(learning_rate, dtype)
+    grad = ops.cast(gradient, dtype)
+    t = ops.cast(self.iterations + 1, dtype)
+    m, v = self.first_moments[index], self.second_moments[index]
+    self.assign(m, ops.add(ops.multiply(m, self.beta_1), ops.multiply(grad, 1.0 - self.beta_1)))
+    self.assign(v, ops.add(ops.multiply(v, self.beta_2), ops.multiply(ops.square(grad), 1.0 - self.beta_2)))
+    m_hat = ops.divide(m, 1.0 - ops.power(ops.cast(self.beta_1, dtype), t))
+    v_hat = ops.divide(v, 1.0 - ops.power(ops.cast(self.beta_2, dtype), t))
+    step = ops.divide(m_hat, ops.add(ops.sqrt(v_hat), self.epsilon))
+    if self._decays[index]:
+      step = ops.add(step, ops.multiply(variable, self.decoupled_weight_decay))
+    self.assign_sub(variable, ops.multiply(self._scaled(step, variable, index), lr))
+
+  def _scaled(self, step, variable, index):  # pylint: disable=unused-argument
+    """The step as applied (LAMB scales it per layer)."""
+    return step
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
+                  weight_decay=self.decoupled_weight_decay)
+    return config
+
+
+class Lamb(AdamW):
+  """LAMB (You et al. 2020) as timm's ``Lamb`` ("ResNet strikes back" A1/A2): AdamW's step ``u`` (bias-corrected,
+  decay included), scaled per variable by the trust ratio ``|w| / |u|`` (1 where either norm is 0) on the decayed
+  variables; the others (biases, normalisation) take ``u`` as it is, as timm's default (``always_adapt=False``).
+  timm's Lamb also clips the global gradient norm at 1.0 by default: here that is ``clip_grad_norm=1.0``."""
+
+  def __init__(self, *args, name: str = 'lamb', **kwargs):
+    super().__init__(*args, name=name, **kwargs)
+
+  def _scaled(self, step, variable, index):
+    if not self._decays[index]:
+      return step
+    w_norm = ops.sqrt(ops.sum(ops.square(variable)))
+    u_norm = ops.sqrt(ops.sum(ops.square(step)))
+    safe = ops.logical_and(ops.greater(w_norm, 0.0), ops.greater(u_norm, 0.0))
+    # where() evaluates both branches: keep the unselected division finite.
+    trust = ops.where(safe, ops.divide(w_norm, ops.where(safe, u_norm, ops.ones_like(u_norm))),
+                      ops.ones_like(w_norm))
+    return ops.multiply(step, trust)
 
 
 # ------------------------------------------------------------------------------------------------ LARS

@@ -60,6 +60,12 @@ def build_optimizer(params: Mapping[str, Any], model: keras.Model) -> keras.opti
     optimizer = optimizers.LARSMomentum(learning_rate=0.0, momentum=params['momentum'],
                                         weight_decay=params['weight_decay'], nesterov=False, gradients_summed=True,
                                         **clip)
+  elif params['optimizer'] in ('adamw', 'lamb'):
+    decayed = {v.path for v in tf1_names.weight_decay_variables(model, params['weight_decay_biases'])}
+    adaptive = optimizers.AdamW if params['optimizer'] == 'adamw' else optimizers.Lamb
+    optimizer = adaptive(learning_rate=0.0, beta_1=params['adam_beta1'], beta_2=params['adam_beta2'],
+                         epsilon=params['adam_epsilon'], weight_decay=params['weight_decay'],
+                         decayed=decayed.__contains__, gradients_summed=True, **clip)
   else:
     optimizer = optimizers.TF1Momentum(learning_rate=0.0, momentum=params['momentum'],
                                        nesterov=params['use_nesterov'], gradients_summed=True, **clip)
@@ -83,9 +89,10 @@ def averaged_weights(scope: ObjectScope) -> Callable[[], ContextManager]:
 
 
 def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
-  """The loss's L2 term; none under LARS, which applies the weight decay itself (so eval's loss equals train's)."""
+  """The loss's L2 term; none under LARS, AdamW and LAMB, which apply the weight decay themselves (so eval's loss
+  equals train's)."""
   weight_decay = params['weight_decay']
-  if not weight_decay or params['enable_lars']:
+  if not weight_decay or params['enable_lars'] or params['optimizer'] != 'momentum':
     return tf.constant(0.0, tf.float32)
   return weight_decay * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32))
                                   for v in tf1_names.weight_decay_variables(model, params['weight_decay_biases'])])

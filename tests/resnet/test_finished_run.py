@@ -52,6 +52,13 @@ def test_every_value_a_finished_run_supplies_is_taken_and_logged(tmp_path, caplo
   assert params.train_batch_size == resnet_config.RESNET_CFG['train_batch_size']
 
 
+def test_an_adamw_runs_eval_loss_has_no_l2_term_as_in_its_training(tmp_path):
+  """RECORDED holds enable_lars=true, which excludes optimizer=adamw: the optimizer is supplied on its own here."""
+  run = _run_dir(tmp_path, dict(resnet_depth=18, optimizer='adamw', weight_decay=0.05))
+  params = run_params.make_params({'model_dir': str(run)}, fill_from_data=False, from_run=['model_dir'])
+  assert (params.optimizer, params.weight_decay) == ('adamw', 0.05)
+
+
 def test_a_value_the_user_gives_wins_and_is_logged_as_given(tmp_path, caplog):
   caplog.set_level(logging.INFO, logger='absl')  # its level, which flag parsing elsewhere may have raised
   run = _run_dir(tmp_path, dict(resnet_depth=18, precision='float32', image_size=96))

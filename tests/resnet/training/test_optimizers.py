@@ -165,7 +165,15 @@ def test_config_round_trip_keeps_the_lars_weight_decay_out_of_keras_decoupled_de
 
 
 # ------------------------------------------------------------------------------------------------ distributed
-def test_a_mirrored_step_in_a_tf_function_equals_the_single_device_step():
+OPTIMIZERS = {
+    'lars': lambda: optimizers.LARSMomentum(1.0, momentum=0.9, weight_decay=1e-3),
+    'adamw': lambda: optimizers.AdamW(0.1, weight_decay=1e-2, decayed=lambda path: path.endswith('kernel')),
+    'lamb': lambda: optimizers.Lamb(0.1, weight_decay=1e-2, decayed=lambda path: path.endswith('kernel')),
+}
+
+
+@pytest.mark.parametrize('name', sorted(OPTIMIZERS))
+def test_a_mirrored_step_in_a_tf_function_equals_the_single_device_step(name):
   devices = tf.config.list_logical_devices('CPU')
   if len(devices) < 2:
     pytest.skip('needs two logical CPU devices (set up in conftest before TF initialises)')
@@ -177,7 +185,7 @@ def test_a_mirrored_step_in_a_tf_function_equals_the_single_device_step():
   def run(strategy):
     with strategy.scope():
       layer = dense_layer(kernel, bias)
-      optimizer = optimizers.LARSMomentum(1.0, momentum=0.9, weight_decay=1e-3)
+      optimizer = OPTIMIZERS[name]()
       optimizer.build(layer.trainable_variables)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
     inputs = next(iter(strategy.experimental_distribute_dataset(dataset)))
@@ -206,7 +214,8 @@ def test_a_mirrored_step_in_a_tf_function_equals_the_single_device_step():
     for value in replicas:
       np.testing.assert_allclose(value.numpy(), reference.numpy(), rtol=1e-5, atol=1e-6)
   assert not np.allclose(layer.kernel.numpy(), kernel)
-  accum = mirrored.experimental_local_results(optimizer.accumulators[0].value)
+  slots = optimizer.accumulators if name == 'lars' else optimizer.first_moments
+  accum = mirrored.experimental_local_results(slots[0].value)
   np.testing.assert_array_equal(accum[0].numpy(), accum[1].numpy())
 
 
@@ -267,3 +276,145 @@ def test_lars_runs_without_nesterov_and_its_eval_loss_has_no_l2_term(tmp_path):
   momentum = tiny.resnet_params(str(tmp_path), use_nesterov=True, weight_decay=0.5)
   assert resnet_model_fn.build_optimizer(momentum, model).nesterov
   assert float(resnet_model_fn._weight_decay(model, momentum)) > 0.0  # pylint: disable=protected-access
+
+
+# ------------------------------------------------------------------------------------------------ AdamW
+def numpy_adamw(weights, grads_per_step, lr, beta_1, beta_2, epsilon, weight_decay, decayed):
+  """torch.optim.AdamW's update, in float64."""
+  weights = [w.astype(np.float64).copy() for w in weights]
+  m = [np.zeros_like(w) for w in weights]
+  v = [np.zeros_like(w) for w in weights]
+  for t, grads in enumerate(grads_per_step, start=1):
+    for i, g in enumerate(grads):
+      g = g.astype(np.float64)
+      if decayed[i]:
+        weights[i] = weights[i] * (1 - lr * weight_decay)
+      m[i] = beta_1 * m[i] + (1 - beta_1) * g
+      v[i] = beta_2 * v[i] + (1 - beta_2) * g * g
+      denominator = np.sqrt(v[i]) / np.sqrt(1 - beta_2 ** t) + epsilon
+      weights[i] = weights[i] - lr / (1 - beta_1 ** t) * m[i] / denominator
+  return weights
+
+
+def test_adamw_three_steps_match_torchs_update_rule():
+  """Decay decoupled and on the kernel only; epsilon added to the bias-corrected root (torch), which a large epsilon
+  tells from Keras' Adam (epsilon added to the uncorrected root)."""
+  rng = np.random.default_rng(5)
+  layer = dense_layer(rng.normal(size=(4, 3)), rng.normal(size=(3,)))
+  variables = [layer.kernel, layer.bias]
+  start = [v.numpy() for v in variables]
+  steps = [[rng.normal(size=v.shape).astype(np.float32) for v in variables] for _ in range(3)]
+  optimizer = optimizers.AdamW(0.05, beta_1=0.8, beta_2=0.9, epsilon=0.1, weight_decay=0.3,
+                               decayed=lambda path: path.endswith('kernel'))
+  optimizer.build(variables)
+  assert [optimizer.decays(v) for v in variables] == [True, False]
+  for grads in steps:
+    apply(optimizer, zip(grads, variables))
+  expected = numpy_adamw(start, steps, 0.05, 0.8, 0.9, 0.1, 0.3, [True, False])
+  for variable, value in zip(variables, expected):
+    np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6)
+  assert int(optimizer.iterations.numpy()) == 3
+  with pytest.raises(ValueError, match='beta_2'):
+    optimizers.AdamW(0.1, beta_2=1.0)
+
+
+def numpy_lamb(weights, grads_per_step, lr, beta_1, beta_2, epsilon, weight_decay, decayed):
+  """timm's Lamb (bias correction on, always_adapt off, no built-in clipping), in float64."""
+  weights = [w.astype(np.float64).copy() for w in weights]
+  m = [np.zeros_like(w) for w in weights]
+  v = [np.zeros_like(w) for w in weights]
+  for t, grads in enumerate(grads_per_step, start=1):
+    for i, g in enumerate(grads):
+      g = g.astype(np.float64)
+      m[i] = beta_1 * m[i] + (1 - beta_1) * g
+      v[i] = beta_2 * v[i] + (1 - beta_2) * g * g
+      update = (m[i] / (1 - beta_1 ** t)) / (np.sqrt(v[i] / (1 - beta_2 ** t)) + epsilon)
+      trust = 1.0
+      if decayed[i]:
+        update = update + weight_decay * weights[i]
+        w_norm, u_norm = np.linalg.norm(weights[i]), np.linalg.norm(update)
+        trust = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+      weights[i] = weights[i] - lr * trust * update
+  return weights
+
+
+def test_lamb_three_steps_match_timms_update_rule():
+  rng = np.random.default_rng(6)
+  layer = dense_layer(rng.normal(size=(4, 3)), rng.normal(size=(3,)))
+  variables = [layer.kernel, layer.bias]
+  start = [v.numpy() for v in variables]
+  steps = [[rng.normal(size=v.shape).astype(np.float32) for v in variables] for _ in range(3)]
+  optimizer = optimizers.Lamb(0.05, beta_1=0.8, beta_2=0.9, epsilon=1e-6, weight_decay=0.3,
+                              decayed=lambda path: path.endswith('kernel'))
+  optimizer.build(variables)
+  for grads in steps:
+    apply(optimizer, zip(grads, variables))
+  expected = numpy_lamb(start, steps, 0.05, 0.8, 0.9, 1e-6, 0.3, [True, False])
+  for variable, value in zip(variables, expected):
+    np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6)
+  # The trust ratio acts: AdamW's rule moves the kernel elsewhere.
+  adamw = numpy_adamw(start, steps, 0.05, 0.8, 0.9, 1e-6, 0.3, [True, False])
+  assert not np.allclose(expected[0], adamw[0], atol=1e-3)
+  zero = dense_layer(np.zeros((4, 3)), np.zeros(3))   # |w| = 0: a trust ratio of 1, not NaN
+  lamb = optimizers.Lamb(0.05, decayed=lambda path: True)
+  lamb.build(zero.trainable_variables)
+  apply(lamb, zip([np.ones((4, 3)), np.ones(3)], zero.trainable_variables))
+  assert np.all(np.isfinite(zero.kernel.numpy())) and not np.allclose(zero.kernel.numpy(), 0.0)
+
+
+def test_adamw_in_the_model_fn_decays_the_l2_set_and_its_loss_has_no_l2_term(tmp_path):
+  from params import validation  # pylint: disable=import-outside-toplevel
+  from resnet.model import tf1_names  # pylint: disable=import-outside-toplevel
+  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  params = tiny.resnet_params(str(tmp_path), optimizer='adamw', weight_decay=0.05, weight_decay_biases=False,
+                              adam_beta2=0.99)
+  model = resnet_model_fn.build_model(params)
+  optimizer = resnet_model_fn.build_optimizer(params, model)
+  assert isinstance(optimizer, optimizers.AdamW) and optimizer.beta_2 == 0.99
+  kernels = {id(v) for v in tf1_names.weight_decay_variables(model, biases=False)}
+  assert kernels and all(optimizer.decays(v) == (id(v) in kernels) for v in model.trainable_variables)
+  assert float(resnet_model_fn._weight_decay(model, params)) == 0.0  # pylint: disable=protected-access
+  for overrides, message in ((dict(layer_decay=0.7), 'layer_decay .* AdamW normalises away'),
+                             (dict(train_head_only_steps=5), 'AdamW still applies its weight decay'),
+                             (dict(enable_lars=True), 'enable_lars=true is the LARS optimizer')):
+    with pytest.raises(ValueError, match=message):
+      tiny.resnet_params(str(tmp_path), optimizer='adamw', **overrides)
+  with pytest.raises(ValueError, match=r"one of \['momentum', 'adamw', 'lamb'\]"):
+    tiny.resnet_params(str(tmp_path), optimizer='adam')
+  assert validation.lars_is_the_momentum_optimizer(dict(enable_lars=True, optimizer='momentum')) is None
+  lamb = tiny.resnet_params(str(tmp_path), optimizer='lamb', weight_decay=0.05)
+  assert isinstance(resnet_model_fn.build_optimizer(lamb, model), optimizers.Lamb)
+  assert float(resnet_model_fn._weight_decay(model, lamb)) == 0.0  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match='layer_decay .* LAMB normalises away'):
+    tiny.resnet_params(str(tmp_path), optimizer='lamb', layer_decay=0.7)
+
+
+@pytest.mark.slow
+def test_adamw_resumes_with_its_moments_and_step_count(tmp_path):
+  """Two steps in one run equal one step, a new process-like Estimator on the same model_dir, and another: the
+  moments and the update count (bias correction) come back from the checkpoint."""
+  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  images = np.random.default_rng(2).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+
+  def input_fn(params):
+    return tf.data.Dataset.from_tensor_slices((images, np.array([0, 1], np.int32))).repeat().batch(
+        params['batch_size'])
+
+  def weights_after(model_dir, stops):
+    for stop in stops:
+      keras.utils.set_random_seed(7)   # the same initial weights; a resumed run restores them anyway
+      params = tiny.resnet_params(model_dir, optimizer='adamw', weight_decay=0.05, base_learning_rate=0.05,
+                                  lr_warmup_epochs=0.0, train_steps=2, num_train_images=64)
+      estimator = tiny.resnet_estimator(params)
+      estimator.train(input_fn, max_steps=stop)
+    return [v.numpy() for v in estimator.scope.get(resnet_model_fn.MODEL).trainable_variables]
+
+  together = weights_after(str(tmp_path / 'together'), [2])
+  resumed = weights_after(str(tmp_path / 'resumed'), [1, 2])
+  for a, b in zip(together, resumed):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+  reader = tf.train.load_checkpoint(str(tmp_path / 'resumed' / 'model.ckpt-2'))
+  names = reader.get_variable_to_shape_map()
+  counts = [n for n in names if n.startswith('optimizer/') and 'iteration' in n]
+  assert counts and int(reader.get_tensor(counts[0])) == 2, sorted(n for n in names if n.startswith('optimizer/'))[:8]
+  assert len([n for n in names if n.startswith('optimizer/')]) > 2 * len(together)   # m and v of every variable
