@@ -48,6 +48,7 @@ setup(
             "resnet-capture-profile=tools.capture_profile:run_main",
             "resnet-profile-report=tools.profile_report:run_main",
             "resnet-model-report=tools.model_report:run_main",
+            "resnet-average-checkpoints=tools.average_checkpoints:run_main",
         ],
     },
 )
