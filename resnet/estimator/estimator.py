@@ -119,11 +119,12 @@ class Estimator:
                        f'{type(self.strategy).__name__}; use a multiple of {self.num_replicas}.')
     return value
 
-  def mode_params(self, mode: str) -> RunParams:
+  def mode_params(self, mode: str, exporting: bool = False) -> RunParams:
     """The params model_fn sees in ``mode``: the run's params, the per-replica batch, the scope and step."""
     batch = getattr(self.config, _BATCH_SIZE_NAMES[mode])  # unchecked: export builds PREDICT with no data
     return RunParams(self.params, max(1, batch // self.num_replicas),
-                     RunContext(mode, self.num_replicas, scope=self.scope, global_step=self.global_step))
+                     RunContext(mode, self.num_replicas, scope=self.scope, global_step=self.global_step,
+                                exporting=exporting))
 
   def build(self, mode: str) -> None:
     """Creates the objects ``mode`` needs: model_fn's eager first call (features=None) in the strategy scope."""
@@ -533,7 +534,8 @@ class Estimator:
     # Only what prediction uses (the model, not the optimizer and its slots: half the size for ResNet).
     objects = {k: v for k, v in self.scope.objects.items() if k in self._mode_objects[ModeKeys.PREDICT]}
     return export_lib.export_saved_model(export_dir_base, objects, self.model_fn, serving_inputs,
-                                         self.mode_params(ModeKeys.PREDICT), assets_extra_fn, weights)
+                                         self.mode_params(ModeKeys.PREDICT, exporting=True), assets_extra_fn,
+                                         weights)
 
 
 class _Progress:

@@ -99,13 +99,15 @@ class RunContext:
   """The Estimator's run-time state that a model_fn or input_fn may need; set by the Estimator, never by params.
 
   ``scope`` and ``global_step`` are given to model_fn, ``input_context`` (which input pipeline this is, how many
-  replicas it feeds) to input_fn.
+  replicas it feeds) to input_fn; ``exporting``: PREDICT traced for a SavedModel's serving signatures, not run on
+  data (a model_fn may serve less than it predicts with, e.g. without test-time augmentation).
   """
   mode: str
   num_replicas: int = 1
   scope: Optional[ObjectScope] = None
   global_step: Optional[tf.Variable] = None
   input_context: Optional[tf.distribute.InputContext] = None
+  exporting: bool = False
 
 
 class RunParams(collections.abc.Mapping):

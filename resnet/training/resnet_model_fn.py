@@ -147,13 +147,13 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
   images = _images(features)
 
   if mode == ModeKeys.PREDICT:
-    logits = model(images, training=False)
+    logits = inference_logits(model, images, params)
     return EstimatorSpec(mode, predictions={'classes': tf.argmax(logits, axis=-1),
                                             'probabilities': tf.nn.softmax(logits)})
   if mode == ModeKeys.TRAIN:
     return _train_step(scope, images, labels, params)
 
-  logits = model(images, training=False)
+  logits = inference_logits(model, images, params)
   weights = tf.cast(labels >= 0, tf.float32)  # padding of the last batch has label -1
   safe_labels = tf.maximum(labels, 0)
   num_classes = params['num_label_classes']
@@ -173,6 +173,18 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
       'top_5_accuracy': (tf.reduce_sum(top_5 * weights), count),
       'loss': (tf.reduce_sum((per_example + _weight_decay(model, params)) * weights), count),
   }, eval_sums=sums, eval_outputs=outputs)
+
+
+def inference_logits(model: keras.Model, images: tf.Tensor, params: RunParams) -> tf.Tensor:
+  """Eval's and predict's logits. With tta=flip (timm's --tta, flip only): the log of the mean of the class
+  probabilities of each image and its mirror image, so that softmax, argmax and the cross-entropy all read the
+  averaged probabilities. A SavedModel serves the single view (its TFLite and ONNX files are checked against it)."""
+  logits = model(images, training=False)
+  if params['tta'] == 'none' or params.context.exporting:
+    return logits
+  mirrored = model(tf.reverse(images, axis=[2]), training=False)  # images are [B, H, W, C]: W is axis 2
+  mean = (tf.nn.softmax(tf.cast(logits, tf.float32)) + tf.nn.softmax(tf.cast(mirrored, tf.float32))) / 2
+  return tf.math.log(mean)
 
 
 def per_class_metrics(params: Mapping[str, Any]) -> bool:

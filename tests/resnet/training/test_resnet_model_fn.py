@@ -72,3 +72,27 @@ def test_class_weights_with_mixup_weigh_each_source_of_a_mixed_example(tmp_path)
   assert abs(mixed_weight_times_mixed_loss - expected) > 1e-3 * expected
   loss = estimator.train(_train_input, max_steps=1)['loss']
   assert loss == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_flip_tta_averages_each_image_with_its_mirror_in_eval_and_predict_and_export_serves_one_view(tmp_path):
+  params = tiny.resnet_params(tmp_path, tta='flip', weight_decay=0.0, num_label_classes=3, train_batch_size=4,
+                              eval_batch_size=4, predict_batch_size=4, train_steps=1, num_train_images=64)
+  images = tiny.varied_images(8, seed=3)
+  labels = np.array([0, 1, 2, 0, 1, 2, 0, 1], np.int32)
+  estimator = tiny.resnet_estimator(params)
+  estimator.train(lambda p: tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(p['batch_size']),
+                  max_steps=1)
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  single = tf.nn.softmax(model(images, training=False)).numpy()
+  mirrored = tf.nn.softmax(model(images[:, :, ::-1], training=False)).numpy()   # left-right: the width axis
+  assert np.max(np.abs(single - mirrored)) > 1e-3   # the two views answer differently
+  expected = (single + mirrored) / 2
+  predicted = list(estimator.predict(lambda p: tf.data.Dataset.from_tensor_slices(images).batch(p['batch_size'])))
+  np.testing.assert_allclose(np.stack([p['probabilities'] for p in predicted]), expected, rtol=1e-5, atol=1e-6)
+  results = estimator.evaluate(lambda p: tf.data.Dataset.from_tensor_slices((images, labels)).batch(p['batch_size']))
+  assert results['loss'] == pytest.approx(float(np.mean(-np.log(expected[np.arange(8), labels]))), rel=1e-5)
+  assert results['top_1_accuracy'] == pytest.approx(float(np.mean(expected.argmax(axis=1) == labels)))
+  path = estimator.export_saved_model(str(tmp_path / 'export'), resnet_model_fn.serving_inputs(params))
+  served = tf.saved_model.load(path).signatures['serving_images'](images=tf.constant(images))['probabilities']
+  np.testing.assert_allclose(served.numpy(), single, rtol=1e-5, atol=1e-6)
