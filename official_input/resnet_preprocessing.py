@@ -18,6 +18,7 @@ follows the run's precision. What differs from the reference (tensorflow/tpu res
   decodes at 1/2, 1/4 or 1/8 scale (libjpeg DCT scaling), never below the output size.
 """
 import dataclasses
+import math
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 import tensorflow as tf
@@ -63,6 +64,7 @@ class AugmentConfig:
   augment_name: None (or ''), 'autoaugment' (ImageNet policy v0) or 'randaugment'.
   randaug_num_layers, randaug_magnitude: RandAugment's N ops per image and their shared level M (10 = the ops'
     nominal maximum).
+  random_erase_prob: probability of random erasing (timm's --reprob; ``random_erase``), after the flip.
   """
   crop_area_range: Tuple[float, float] = AREA_RANGE
   crop_aspect_ratio_range: Tuple[float, float] = ASPECT_RATIO_RANGE
@@ -70,6 +72,7 @@ class AugmentConfig:
   augment_name: Optional[str] = None        # None | 'autoaugment' | 'randaugment'
   randaug_num_layers: int = 2
   randaug_magnitude: int = 10
+  random_erase_prob: float = 0.0
 
   def __post_init__(self):
     area = _pair('crop_area_range', self.crop_area_range)
@@ -87,6 +90,9 @@ class AugmentConfig:
     if not 0 <= self.randaug_magnitude <= 30:
       raise ValueError(f'randaug_magnitude must be in 0..30 (10 = the ops\' nominal maximum), got '
                        f'{self.randaug_magnitude!r}.')
+    if not 0.0 <= self.random_erase_prob <= 1.0:
+      raise ValueError(f'random_erase_prob must be in [0, 1] (a probability per image), got '
+                       f'{self.random_erase_prob!r}.')
     # Frozen: normalise through object.__setattr__ so lists from YAML become hashable tuples.
     object.__setattr__(self, 'crop_area_range', area)
     object.__setattr__(self, 'crop_aspect_ratio_range', aspect)
@@ -258,10 +264,44 @@ def random_flip(image: tf.Tensor, seed: Optional[tf.Tensor] = None) -> tf.Tensor
   return tf.image.stateless_random_flip_left_right(image, seed)
 
 
+# Random erasing as timm's RandomErasing(mode='pixel', max_count=1): a box of 2%-33% of the image with log-uniform
+# aspect 0.3..3.3, filled per pixel with N(0, 1) noise in the normalised space, i.e. ImageNet's mean + std * N(0, 1)
+# in 0..255 pixels (clipped to 0..255, the preprocessing's range).
+ERASE_AREA = (0.02, 1 / 3)
+ERASE_LOG_ASPECT = (math.log(0.3), math.log(1 / 0.3))
+ERASE_MEAN = (123.675, 116.28, 103.53)
+ERASE_STD = (58.395, 57.12, 57.375)
+
+
+def random_erase(image: tf.Tensor, probability: float, seed: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """With ``probability``, one box of ``image`` [S, S, 3] (0..255) replaced by noise; stateless with ``seed``. A box
+  too tall or wide for the image is clamped to it (timm draws again up to 10 times)."""
+  size = tf.shape(image)[0]
+  if seed is None:
+    draws = tf.random.uniform([5])
+    noise = tf.random.normal(tf.shape(image))
+  else:
+    uniform_seed, noise_seed = split_seed(seed, 2)
+    draws = tf.random.stateless_uniform([5], uniform_seed)
+    noise = tf.random.stateless_normal(tf.shape(image), noise_seed)
+  area = tf.cast(size * size, tf.float32) * (ERASE_AREA[0] + draws[1] * (ERASE_AREA[1] - ERASE_AREA[0]))
+  aspect = tf.exp(ERASE_LOG_ASPECT[0] + draws[2] * (ERASE_LOG_ASPECT[1] - ERASE_LOG_ASPECT[0]))
+  height = tf.clip_by_value(tf.cast(tf.round(tf.sqrt(area * aspect)), tf.int32), 1, size)
+  width = tf.clip_by_value(tf.cast(tf.round(tf.sqrt(area / aspect)), tf.int32), 1, size)
+  top = tf.cast(draws[3] * tf.cast(size - height + 1, tf.float32), tf.int32)
+  left = tf.cast(draws[4] * tf.cast(size - width + 1, tf.float32), tf.int32)
+  rows, cols = tf.range(size)[:, None], tf.range(size)[None, :]
+  box = (rows >= top) & (rows < top + height) & (cols >= left) & (cols < left + width)
+  erase = box & (draws[0] < probability)
+  fill = tf.clip_by_value(tf.constant(ERASE_MEAN) + tf.constant(ERASE_STD) * noise, 0.0, 255.0)
+  return tf.where(erase[:, :, None], tf.cast(fill, image.dtype), image)
+
+
 def preprocess_for_train(image_bytes: tf.Tensor, image_size: int = IMAGE_SIZE, full_decode: bool = False,
                          method: str = TRAIN_RESIZE_METHOD, augment: AugmentConfig = AugmentConfig(),
                          seed: Optional[tf.Tensor] = None, fast_decode: bool = False) -> tf.Tensor:
-  """Random crop, resize, AutoAugment/RandAugment if configured, optional flip: float32 [S, S, 3] in 0..255.
+  """Random crop, resize, AutoAugment/RandAugment if configured, optional flip, optional random erasing: float32
+  [S, S, 3] in 0..255.
 
   With ``seed`` every random choice is stateless (crop, augmentation and flip get independent sub-seeds).
   ``fast_decode`` decodes large JPEG windows at reduced DCT scale (see ``decode_and_crop``).
@@ -276,6 +316,9 @@ def preprocess_for_train(image_bytes: tf.Tensor, image_size: int = IMAGE_SIZE, f
                                     augment.randaug_magnitude, augment_seed)
   if augment.random_flip:
     image = random_flip(image, flip_seed)
+  if augment.random_erase_prob:  # its own sub-seed: the other draws of a seeded run stay what they were
+    image = random_erase(image, augment.random_erase_prob,
+                         None if seed is None else tf.random.experimental.stateless_fold_in(seed, 3))
   return image
 
 

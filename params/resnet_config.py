@@ -134,6 +134,9 @@ PARAMS: Tuple[Param, ...] = (
       'unset = none.', str, choices=(None, 'autoaugment', 'randaugment')),
     P('randaug_num_layers', 2, 'RandAugment: ops applied per image (0 = none).'),
     P('randaug_magnitude', 10, 'RandAugment: op magnitude, 0..30.'),
+    P('random_erase_prob', 0.0, "Random erasing (timm's --reprob, torchvision's --random-erase): with this probability "
+      'a box of 2-33% of each training image, aspect 0.3-3.3, becomes pixel noise.', float,
+      checks=('>= 0', '<= 1'), modes=TRAINING),
     P('num_parallel_calls', -1, 'Parallel decode/preprocess calls; -1 = tf.data AUTOTUNE.',
       checks=('>= -1', '!= 0')),
     P('fast_jpeg_decode', False, 'Training: decode JPEG crops at least twice image_size at 1/2, 1/4 or 1/8 DCT '

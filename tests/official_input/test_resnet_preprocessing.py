@@ -267,3 +267,57 @@ def test_eval_ignores_training_options():
   cfg = rp.AugmentConfig(augment_name='autoaugment', crop_area_range=(0.1, 0.2))
   np.testing.assert_array_equal(rp.preprocess_image(encoded, False, 32, augment=cfg, seed=tf.constant([1, 2]),
                                                     fast_decode=True).numpy(), plain)
+
+
+# ------------------------------------------------------------------------------------------------ random erasing
+def _erased(out: np.ndarray, flat: float) -> np.ndarray:
+  return np.any(out != flat, axis=-1)
+
+
+def test_random_erasing_replaces_one_box_of_pixel_noise_sized_as_timm():
+  flat = 7.0   # noise never lands exactly on it: every erased pixel shows
+  image = tf.fill([32, 32, 3], flat)
+  areas, aspects, values = [], [], []
+  for i in range(200):
+    out = rp.random_erase(image, 1.0, seed=tf.constant([i, 1], tf.int64)).numpy()
+    changed = _erased(out, flat)
+    rows, cols = np.where(changed.any(axis=1))[0], np.where(changed.any(axis=0))[0]
+    height, width = rows.max() - rows.min() + 1, cols.max() - cols.min() + 1
+    assert changed.sum() == height * width   # one solid box
+    areas.append(height * width / 1024)
+    aspects.append(height / width)
+    values.append(out[changed])
+  assert 0.015 <= min(areas) and max(areas) <= 0.40   # 2%..33%, give or take the rounding of a 32-pixel side
+  assert min(aspects) < 0.6 and max(aspects) > 1.7   # both orientations, log-uniform 0.3..3.3
+  pixels = np.concatenate(values)
+  np.testing.assert_allclose(pixels.mean(axis=0), rp.ERASE_MEAN, atol=4.0)   # ImageNet's mean + std * N(0, 1)
+  np.testing.assert_allclose(pixels.std(axis=0), rp.ERASE_STD, rtol=0.12)    # (less at the 0..255 clip)
+  assert pixels.min() >= 0.0 and pixels.max() <= 255.0
+
+
+def test_random_erasing_probability_seeds_and_the_stateful_path():
+  image = tf.fill([16, 16, 3], 7.0)
+  erased = [bool(_erased(rp.random_erase(image, 0.3, tf.constant([i, 2], tf.int64)).numpy(), 7.0).any())
+            for i in range(400)]
+  assert abs(np.mean(erased) - 0.3) < 4 * np.sqrt(0.3 * 0.7 / 400)
+  seed = tf.constant([5, 5], tf.int64)
+  np.testing.assert_array_equal(rp.random_erase(image, 1.0, seed), rp.random_erase(image, 1.0, seed))
+  unseeded = rp.random_erase(image, 1.0).numpy()
+  assert _erased(unseeded, 7.0).any() and 0.0 <= unseeded.min() and unseeded.max() <= 255.0
+  with pytest.raises(ValueError, match='random_erase_prob must be in'):
+    rp.AugmentConfig(random_erase_prob=1.5)
+  from resnet import run_params  # pylint: disable=import-outside-toplevel
+  params = run_params.make_params({'random_erase_prob': 0.25, 'model_dir': '/tmp/unused-run'})
+  assert rp.AugmentConfig.from_params(params).random_erase_prob == 0.25   # the param reaches the pipeline
+
+
+def test_erasing_a_seeded_training_image_keeps_its_crop_and_flip():
+  """Erasing draws from its own sub-seed: the seeded crop and flip (and so a seeded run's other draws) are
+  unchanged, and the pixels outside the box are the image without erasing."""
+  encoded = tf.io.encode_jpeg(tf.constant(_image(48, 64, seed=3))).numpy()
+  seed = tf.constant([11, 3], tf.int64)
+  plain = rp.preprocess_for_train(encoded, 32, seed=seed).numpy()
+  erased = rp.preprocess_for_train(encoded, 32, augment=rp.AugmentConfig(random_erase_prob=1.0), seed=seed).numpy()
+  changed = np.any(erased != plain, axis=-1)
+  assert 0 < changed.sum() < changed.size
+  np.testing.assert_array_equal(erased[~changed], plain[~changed])
