@@ -49,8 +49,8 @@ DEPTHS = architectures.SUPPORTED_DEPTHS
 STRATEGIES = ('auto', 'one_device', 'mirrored', 'multi_worker_mirrored', 'tpu')
 PRECISIONS = ('float32', 'bfloat16', 'float16')
 TFLITE_QUANTIZATIONS = ('float16', 'dynamic_int8', 'int8')  # resnet/export/tflite_export.QUANTIZATIONS (a test)
-ONNX_QUANTIZATIONS = ('float16', 'int8')
-OPTIMIZERS = ('momentum', 'adamw', 'lamb')  # resnet/export/onnx_export.QUANTIZATIONS (a test)
+ONNX_QUANTIZATIONS = ('float16', 'int8')  # resnet/export/onnx_export.QUANTIZATIONS (a test)
+OPTIMIZERS = ('momentum', 'adamw', 'lamb')
 
 PARAMS: Tuple[Param, ...] = (
     # --- model ---
@@ -167,8 +167,9 @@ PARAMS: Tuple[Param, ...] = (
     P('optimizer', 'momentum', "momentum: the reference's TF1 momentum SGD (enable_lars=true makes it LARS); adamw: "
       'torch.optim.AdamW (Adam with weight_decay decoupled: w -= lr * weight_decay * w on the L2 set, no L2 term in '
       'the loss; timm\'s fine-tuning default, where weight_decay is typically 0.01-0.05 and base_learning_rate '
-      'about 1e-4); lamb: timm\'s Lamb (AdamW\'s step scaled per layer by |w|/|step|; \'ResNet strikes back\' A1/A2, '
-      'with clip_grad_norm=1.0 as timm\'s default).', choices=OPTIMIZERS),
+      'about 1e-4); lamb: timm\'s Lamb (AdamW\'s step scaled per layer by |w|/|step|; \'ResNet strikes back\' A1/A2; '
+      'timm\'s defaults are adam_epsilon=1e-6 clip_grad_norm=1.0 weight_decay_biases=false). Training resumes '
+      'only with the optimizer it started with.', choices=OPTIMIZERS),
     P('adam_beta1', 0.9, 'adamw, lamb: decay of the gradient\'s running mean.', float, checks=('>= 0', '< 1'),
       modes=TRAINING),
     P('adam_beta2', 0.999, 'adamw, lamb: decay of the squared gradient\'s running mean.', float,

@@ -138,6 +138,9 @@ def no_transposed_input(p: Mapping[str, Any]) -> Optional[str]:
 def one_deployed_file_to_predict_with(p: Mapping[str, Any]) -> Optional[str]:
   if p['predict_tflite'] and p['predict_onnx']:
     return 'predict_tflite and predict_onnx are both set: predict with one file at a time'
+  if p['tta'] != 'none' and (p['predict_tflite'] or p['predict_onnx']):
+    return (f'tta={p["tta"]} averages views in the model_fn, but a .tflite or .onnx file serves one view: predict '
+            'with the file without tta, or with the checkpoint with it')
   return None
 
 

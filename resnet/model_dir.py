@@ -116,6 +116,14 @@ def check_and_record(params: Any, record: bool) -> None:
       raise ModelDirMismatch(
           f'--model_dir={model_dir} holds checkpoints of another model ({listed}). Use a new --model_dir for this '
           f'model, or --resnet_checkpoint={model_dir} with a new --model_dir to warm-start from that run.')
+  if record and saved is not None and checkpoints.has_checkpoint(model_dir):
+    optimizer_changes = [(k, old, new) for k, old, new in changed if k in OPTIMIZER_STATE_PARAMS]
+    if optimizer_changes:  # the checkpoint's slots belong to its optimizer: another would misread them
+      listed = '; '.join(f'{k}: {old!r} in {path}, {new!r} now' for k, old, new in optimizer_changes)
+      raise ModelDirMismatch(
+          f'--model_dir={model_dir} holds checkpoints trained with another optimizer ({listed}), whose state (its '
+          'slots and step count) this one cannot continue from. Resume with the run\'s optimizer, or start a new '
+          f'--model_dir with --resnet_checkpoint={model_dir} (its weights, a fresh optimizer).')
   if not record or (saved is not None and not changed):
     return
   if saved is not None:
@@ -124,6 +132,10 @@ def check_and_record(params: Any, record: bool) -> None:
     logging.info('params changed since the last run (%s); previous params kept as %s.',
                  ', '.join(f'{k}: {old!r} -> {new!r}' for k, old, new in changed), kept)
   params_files.save_params(current, path)
+
+
+# The params that decide what the optimizer's checkpointed state means: training may not resume under others.
+OPTIMIZER_STATE_PARAMS = ('optimizer', 'enable_lars')
 
 
 def _stamp() -> str:

@@ -8,13 +8,13 @@ newest one's, so the program restores it as any of its checkpoints.
   python resnet/resnet_main.py --mode=export --model_dir=runs/mine/averaged --export_dir=exports/averaged
 
 The output (``--output_dir``, default MODEL_DIR/averaged) is a finished run of its own: the averaged checkpoint
-and its "checkpoint" file, the run's params.yaml, labels.txt and training_ended.json, and averaged_from.json naming
-the checkpoints averaged. It is written in a hidden sibling folder and renamed into place; an existing output is
-never overwritten. Keep K checkpoints while training with --keep_checkpoint_max (and --save_checkpoints_steps).
+and its "checkpoint" file, the run's params.yaml and labels.txt, training_ended.json (eval of it ends at its step),
+and averaged_from.json naming the checkpoints averaged. It is written in a hidden sibling folder and renamed into
+place; an existing output is never overwritten. Keep K checkpoints while training with --keep_checkpoint_max (and
+--save_checkpoints_steps).
 """
 import json
 import os
-import shutil
 from typing import Dict, List, Optional, Tuple
 
 from absl import app
@@ -23,6 +23,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from resnet import finished_run
 from resnet.estimator import checkpoints
 from resnet.estimator import files
 
@@ -84,7 +85,7 @@ def write_checkpoint(prefix: str, tensors: Dict[str, Tuple[np.ndarray, tf.DType]
 def average_checkpoints(model_dir: str, last: int, output_dir: Optional[str] = None) -> str:
   """Writes the average of ``model_dir``'s newest ``last`` complete checkpoints as a new run; returns its
   checkpoint path."""
-  output_dir = output_dir or os.path.join(model_dir, 'averaged')
+  output_dir = (output_dir or os.path.join(model_dir, 'averaged')).rstrip('/')
   if last < 2:
     raise ValueError(f'--last={last}: average at least 2 checkpoints.')
   if tf.io.gfile.exists(output_dir):
@@ -100,23 +101,32 @@ def average_checkpoints(model_dir: str, last: int, output_dir: Optional[str] = N
   name = os.path.basename(chosen[-1])
   staging = files.temp_path(output_dir)
   tf.io.gfile.makedirs(staging)
+  step = checkpoints.checkpoint_step(chosen[-1])
   try:
     write_checkpoint(os.path.join(staging, name), tensors)
-    with open(os.path.join(staging, 'checkpoint'), 'w', encoding='utf-8') as f:
-      f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+    _write(os.path.join(staging, 'checkpoint'),
+           f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
     for copied in COPIED:
       if tf.io.gfile.exists(os.path.join(model_dir, copied)):
         tf.io.gfile.copy(os.path.join(model_dir, copied), os.path.join(staging, copied))
-    with open(os.path.join(staging, RECORD), 'w', encoding='utf-8') as f:
-      json.dump({'model_dir': model_dir, 'checkpoints': [os.path.basename(p) for p in chosen],
-                 'steps': [checkpoints.checkpoint_step(p) for p in chosen]}, f, indent=2)
-    tf.io.gfile.rename(staging, output_dir)
+    if not tf.io.gfile.exists(os.path.join(staging, finished_run.ENDED_FILE)):  # eval of it ends at its step
+      finished_run.record_end(staging, step, 'averaged checkpoints')
+    _write(os.path.join(staging, RECORD), json.dumps({
+        'model_dir': model_dir, 'checkpoints': [os.path.basename(p) for p in chosen],
+        'steps': [checkpoints.checkpoint_step(p) for p in chosen]}, indent=2))
+    tf.io.gfile.rename(staging, output_dir)  # a folder rename: atomic on local disks, not on object stores
   except BaseException:
-    shutil.rmtree(staging, ignore_errors=True)
+    if tf.io.gfile.exists(staging):
+      tf.io.gfile.rmtree(staging)
     raise
   path = os.path.join(output_dir, name)
   logging.info('Averaged %s into %s.', ', '.join(os.path.basename(p) for p in chosen), path)
   return path
+
+
+def _write(path: str, text: str) -> None:
+  with tf.io.gfile.GFile(path, 'w') as f:
+    f.write(text)
 
 
 def main(argv) -> None:

@@ -149,8 +149,10 @@ class AdamW(ReplicaSumOptimizer):
 class Lamb(AdamW):
   """LAMB (You et al. 2020) as timm's ``Lamb`` ("ResNet strikes back" A1/A2): AdamW's step ``u`` (bias-corrected,
   decay included), scaled per variable by the trust ratio ``|w| / |u|`` (1 where either norm is 0) on the decayed
-  variables; the others (biases, normalisation) take ``u`` as it is, as timm's default (``always_adapt=False``).
-  timm's Lamb also clips the global gradient norm at 1.0 by default: here that is ``clip_grad_norm=1.0``."""
+  variables; the others (normalisation, and biases with weight_decay_biases=false) take ``u`` as it is, as timm's
+  default (``always_adapt=False``). timm's defaults differ from this program's: epsilon 1e-6, the global gradient
+  norm clipped at 1.0 and no decay on biases; ``adam_epsilon=1e-6 clip_grad_norm=1.0 weight_decay_biases=false``
+  gives timm's Lamb."""
 
   def __init__(self, *args, name: str = 'lamb', **kwargs):
     super().__init__(*args, name=name, **kwargs)

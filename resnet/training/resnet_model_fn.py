@@ -10,6 +10,7 @@ Everything inside the replica step is TPU-clean: numeric dtypes only (no float64
 (The label range check is an Assert: XLA compiles it to nothing, so on TPUs the input pipeline's check is the one.)
 """
 import contextlib
+import math
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
@@ -183,8 +184,9 @@ def inference_logits(model: keras.Model, images: tf.Tensor, params: RunParams) -
   if params['tta'] == 'none' or params.context.exporting:
     return logits
   mirrored = model(tf.reverse(images, axis=[2]), training=False)  # images are [B, H, W, C]: W is axis 2
-  mean = (tf.nn.softmax(tf.cast(logits, tf.float32)) + tf.nn.softmax(tf.cast(mirrored, tf.float32))) / 2
-  return tf.math.log(mean)
+  # log((p1 + p2) / 2) from the log-probabilities: finite where a class's probability underflows in both views.
+  views = tf.stack([tf.nn.log_softmax(tf.cast(logits, tf.float32)), tf.nn.log_softmax(tf.cast(mirrored, tf.float32))])
+  return tf.reduce_logsumexp(views, axis=0) - math.log(2.0)
 
 
 def per_class_metrics(params: Mapping[str, Any]) -> bool:

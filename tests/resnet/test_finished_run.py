@@ -52,8 +52,9 @@ def test_every_value_a_finished_run_supplies_is_taken_and_logged(tmp_path, caplo
   assert params.train_batch_size == resnet_config.RESNET_CFG['train_batch_size']
 
 
-def test_an_adamw_runs_eval_loss_has_no_l2_term_as_in_its_training(tmp_path):
-  """RECORDED holds enable_lars=true, which excludes optimizer=adamw: the optimizer is supplied on its own here."""
+def test_eval_of_an_adamw_run_takes_its_optimizer(tmp_path):
+  """The optimizer decides whether the eval loss has an L2 term (AdamW's has none). RECORDED holds
+  enable_lars=true, which excludes optimizer=adamw: the optimizer is taken on its own here."""
   run = _run_dir(tmp_path, dict(resnet_depth=18, optimizer='adamw', weight_decay=0.05))
   params = run_params.make_params({'model_dir': str(run)}, fill_from_data=False, from_run=['model_dir'])
   assert (params.optimizer, params.weight_decay) == ('adamw', 0.05)

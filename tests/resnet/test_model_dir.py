@@ -87,6 +87,21 @@ def test_a_model_change_without_checkpoints_is_allowed_and_kept(tmp_path):
   assert len(os.listdir(os.path.join(model_dir, model_dir_lib.HISTORY_DIR))) == 1
 
 
+def test_training_resumes_only_with_the_optimizer_whose_state_the_checkpoints_hold(tmp_path):
+  """A momentum run's slots read as AdamW's moments (and its step count as AdamW's) would make steps hundreds of
+  times torch's: refused, naming both values and the warm-start route; eval of it is fine."""
+  model_dir = str(tmp_path)
+  model_dir_lib.check_and_record(_params(model_dir), record=True)
+  (tmp_path / 'checkpoint').write_text('model_checkpoint_path: "model.ckpt-1"\n')
+  (tmp_path / 'model.ckpt-1.index').write_text('')
+  for change in (dict(optimizer='adamw'), dict(enable_lars=True)):
+    with pytest.raises(model_dir_lib.ModelDirMismatch, match=r'trained with another optimizer \(.*in .*params.yaml, '
+                       r'.* now\).* --resnet_checkpoint='):
+      model_dir_lib.check_and_record(_params(model_dir, **change), record=True)
+  model_dir_lib.check_and_record(_params(model_dir, optimizer='adamw'), record=False)   # eval, predict, export
+  model_dir_lib.check_and_record(_params(model_dir, train_steps=99), record=True)      # other changes resume
+
+
 def test_eval_mode_checks_without_recording(tmp_path):
   model_dir = str(tmp_path)
   model_dir_lib.check_and_record(_params(model_dir, num_label_classes=4), record=False)

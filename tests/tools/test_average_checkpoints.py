@@ -29,6 +29,7 @@ def run_copy(module_tmp):
 @pytest.mark.slow
 def test_the_tool_writes_the_mean_of_every_float_tensor_and_eval_restores_it(run_copy):
   run, data_dir = run_copy
+  (run / 'training_ended.json').unlink(missing_ok=True)   # as after a preempted run: eval must still end
   paths = average_checkpoints.complete_checkpoints(str(run))
   assert [os.path.basename(p) for p in paths] == ['model.ckpt-1', 'model.ckpt-2', 'model.ckpt-3']
   proc = subprocess.run([procs.PYTHON, '-m', 'tools.average_checkpoints', f'--model_dir={run}', '--last=3'],
@@ -51,6 +52,7 @@ def test_the_tool_writes_the_mean_of_every_float_tensor_and_eval_restores_it(run
   assert not np.allclose(result.get_tensor(moving), readers[-1].get_tensor(moving))   # averaged, not the newest
   assert json.loads((averaged / 'averaged_from.json').read_text())['steps'] == [1, 2, 3]
   assert (averaged / 'params.yaml').read_text() == (run / 'params.yaml').read_text()
+  assert json.loads((averaged / 'training_ended.json').read_text())['global_step'] == 3
 
   evaluated = cli.run_in_process('--mode=eval', f'--model_dir={averaged}', f'--data_dir={data_dir}',
                                  '--eval_timeout=30', base=())

@@ -196,6 +196,8 @@ def test_onnx_quantizations_need_the_runs_records_and_predict_takes_one_file(tmp
     _params(tmp_path, export_dir=str(tmp_path / 'export'), onnx_quantizations=['dynamic_int8'])
   with pytest.raises(ValueError, match='predict with one file at a time'):
     _params(tmp_path, predict_onnx='a.onnx', predict_tflite='a.tflite')
+  with pytest.raises(ValueError, match='a .tflite or .onnx file serves one view'):
+    _params(tmp_path, predict_onnx='a.onnx', tta='flip')
 
 
 def test_without_records_the_float32_file_is_checked_but_not_measured(tmp_path, caplog):

@@ -297,8 +297,8 @@ def test_weight_decay_biases_false_decays_kernels_only_in_the_loss():
   kernels = tf1_names.weight_decay_variables(model, biases=False)
   assert [names[id(v)] for v in kernels] == [n for n in every if not n.endswith('/bias')]
   assert len(every) - len(kernels) == 1 + 8 * 2   # dense/bias, and the 2 SE convs' biases in each of 8 blocks
-  term = resnet_model_fn._weight_decay(model, {'weight_decay': 0.1, 'enable_lars': False,  # pylint: disable=protected-access
-                                               'weight_decay_biases': False})
+  params = {'weight_decay': 0.1, 'enable_lars': False, 'optimizer': 'momentum', 'weight_decay_biases': False}
+  term = resnet_model_fn._weight_decay(model, params)  # pylint: disable=protected-access
   np.testing.assert_allclose(float(term), 0.1 * sum(0.5 * float(np.sum(np.square(v.numpy()))) for v in kernels),
                              rtol=1e-5)
 

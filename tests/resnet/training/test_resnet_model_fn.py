@@ -96,3 +96,16 @@ def test_flip_tta_averages_each_image_with_its_mirror_in_eval_and_predict_and_ex
   path = estimator.export_saved_model(str(tmp_path / 'export'), resnet_model_fn.serving_inputs(params))
   served = tf.saved_model.load(path).signatures['serving_images'](images=tf.constant(images))['probabilities']
   np.testing.assert_allclose(served.numpy(), single, rtol=1e-5, atol=1e-6)
+
+
+def test_flip_tta_stays_finite_where_a_class_underflows_in_both_views():
+  """log(mean probability) would be -inf for a logit gap of ~100: the eval loss NaN, top-k wrong."""
+  from resnet.estimator.spec import RunContext, RunParams  # pylint: disable=import-outside-toplevel
+  params = RunParams({'tta': 'flip'}, 1, RunContext('eval'))
+  extreme = lambda images, training: tf.constant([[0.0, 300.0, -300.0]]) + tf.reduce_mean(images) * 0
+  logits = resnet_model_fn.inference_logits(extreme, tf.zeros([1, 4, 4, 3]), params)
+  assert np.all(np.isfinite(logits.numpy()))
+  np.testing.assert_allclose(tf.nn.softmax(logits).numpy(), [[0.0, 1.0, 0.0]], atol=1e-7)
+  loss = resnet_model_fn._per_example_loss(logits, tf.constant([[0.05, 0.9, 0.05]]))  # pylint: disable=protected-access
+  assert np.isfinite(float(loss[0]))
+  assert bool(tf.math.in_top_k(tf.constant([1]), logits, 2)[0])
