@@ -36,7 +36,7 @@ def check_needs(params: Mapping[str, Any], mode: str, chief: bool) -> None:
 
 def export(estimator: Estimator, params: Mapping[str, Any],
            best: Optional[best_checkpoint_lib.BestCheckpoint] = None) -> Optional[str]:
-  """The SavedModel (and LiteRT files) in params' export_dir; None without one."""
+  """The SavedModel (and LiteRT and ONNX files) in params' export_dir; None without one."""
   if not params['export_dir']:
     return None
   checkpoint = best_checkpoint_path(params, best) if params['export_best'] else None  # the same files on every worker

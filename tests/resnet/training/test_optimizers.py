@@ -418,3 +418,27 @@ def test_adamw_resumes_with_its_moments_and_step_count(tmp_path):
   counts = [n for n in names if n.startswith('optimizer/') and 'iteration' in n]
   assert counts and int(reader.get_tensor(counts[0])) == 2, sorted(n for n in names if n.startswith('optimizer/'))[:8]
   assert len([n for n in names if n.startswith('optimizer/')]) > 2 * len(together)   # m and v of every variable
+
+
+def test_adamw_under_float16_loss_scaling_skips_an_overflowing_step_without_counting_it():
+  """float16 runs wrap the optimizer in Keras' LossScaleOptimizer: a non-finite step changes nothing and does not
+  advance t (bias correction), and the next step is AdamW's first, on the unscaled gradients."""
+  rng = np.random.default_rng(7)
+  layer = dense_layer(rng.normal(size=(4, 3)), rng.normal(size=(3,)))
+  variables = [layer.kernel, layer.bias]
+  start = [v.numpy() for v in variables]
+  inner = optimizers.AdamW(0.05, weight_decay=0.3, decayed=lambda path: path.endswith('kernel'),
+                           gradients_summed=True)
+  optimizer = keras.optimizers.LossScaleOptimizer(inner, initial_scale=1024.0)
+  optimizer.build(variables)
+  apply(optimizer, zip([np.full((4, 3), np.inf), np.zeros(3)], variables))
+  for variable, value in zip(variables, start):
+    np.testing.assert_array_equal(variable.numpy(), value)
+  assert int(inner.iterations.numpy()) == 0
+  grads = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
+  scale = float(optimizer.dynamic_scale.numpy())   # halved by the skipped step
+  apply(optimizer, zip([g * scale for g in grads], variables))
+  expected = numpy_adamw(start, [grads], 0.05, 0.9, 0.999, 1e-8, 0.3, [True, False])
+  for variable, value in zip(variables, expected):
+    np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6)
+  assert int(inner.iterations.numpy()) == 1
