@@ -229,12 +229,15 @@ def build_batches(records: tf.data.Dataset, cfg: DecodeConfig, stats: InputAccou
                   num_parallel_calls: int = -1) -> tf.data.Dataset:
   """Raw records -> decoded, counted, padded output batches (shared by TFRecords and raw image files)."""
   deterministic = cfg.deterministic or not cfg.is_training
+  # The pipeline's functions are tensor ops (tf.cond, tf.map_fn): AutoGraph converting them (and every function
+  # they call) cost ~1-2 s at every start. Inside an unconverted function nothing nested is converted either.
+  plain = tf.autograph.experimental.do_not_convert
   chunks = records.batch(cfg.batch_size, drop_remainder=cfg.is_training)
-  batches = execution.decode(chunks, lambda chunk: decode_chunk(chunk, cfg), num_parallel_calls, deterministic)
+  batches = execution.decode(chunks, plain(lambda chunk: decode_chunk(chunk, cfg)), num_parallel_calls, deterministic)
   if not cfg.is_training:
     batches = batches.concatenate(tf.data.Dataset.from_tensors(end_of_data_element(cfg)))
-  batches = batches.filter(report_filter(stats, context))
-  ds = batches.map(lambda b: to_outputs(b, include_filename))
+  batches = batches.filter(plain(report_filter(stats, context)))
+  ds = batches.map(plain(lambda b: to_outputs(b, include_filename)))
   if not cfg.is_training:
     _, _, per_pipeline = ordering.context_ids(context)
     pad = to_outputs(pad_to_batch({'image': tf.zeros((0,) + cfg.image_shape, cfg.dtype),

@@ -249,6 +249,7 @@ class ImageNetInput(accounting.ReportsSkips):
       file_ds = file_ds.shuffle(len(files), seed=self.seed, reshuffle_each_iteration=True)
     stats = self._stats
 
+    @tf.autograph.experimental.do_not_convert  # the pipeline's functions are tensor ops: see decode.build_batches
     def _read(path: tf.Tensor, size: tf.Tensor, expected_records: tf.Tensor) -> tf.data.Dataset:
       return shards.read_accounted(path, size, expected_records, stats, index)
 

@@ -84,6 +84,7 @@ def with_augment_seeds(records: tf.data.Dataset, seed: int,
   index, count, _ = context_ids(context)
   base = tf.constant([seed, AUGMENT_SEED_SALT], tf.int64)
 
+  @tf.autograph.experimental.do_not_convert  # tensor ops: converting would only cost start-up time
   def _pair(position: tf.Tensor, record: tf.Tensor) -> Dict[str, tf.Tensor]:
     global_position = position * count + index
     return {'record': record, 'seed': tf.random.experimental.stateless_fold_in(base, global_position)}

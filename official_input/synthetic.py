@@ -26,6 +26,7 @@ def synthetic_dataset(*, batch_size: int, image_size: int, num_classes: int, dty
     raise ValueError('synthetic_data must be one of %s, got %r' % (MODES, mode))
   shape = (batch_size, image_size, image_size, 3)
 
+  @tf.autograph.experimental.do_not_convert  # tensor ops: converting would only cost start-up time
   def _make(_: tf.Tensor) -> Tuple[Any, tf.Tensor]:
     if mode == 'random':
       images = tf.random.uniform(shape, 0.0, 255.0, tf.float32, seed=seed)
