@@ -1,7 +1,8 @@
 """Shared pieces of the CLI tests: the tiny run's flags, tiny TFRecord data, checkpoint readers, a shared run.
 
-Why tiny: every resnet_main process costs ~15-25 s on 2 cores (TF import, ResNet-18 build, tracing), so the
-tests use ResNet-18 at 32 px, batch 8, float32, and share one trained run (``shared_trained_run``) per session.
+Why tiny: a resnet_main run's cost is mostly fixed (TF import, the model's build, tracing, graph optimisation:
+~10-20 s on 2 cores, about half of it ResNet-18's eight blocks), so the tests use ResNet-10 (one block a group) at
+32 px, batch 8, float32, and share one trained run (``shared_trained_run``) per session.
 """
 import atexit
 import contextlib
@@ -27,8 +28,8 @@ MAIN = [procs.PYTHON, '-m', 'resnet.resnet_main']
 MAIN_DUMP = [procs.PYTHON, '-m', 'tests.helpers.main_dump']
 NUM_CLASSES = 4
 
-# ResNet-18, 32 px, 4 classes, float32, CPU, no TPU: ~0.05-0.1 s a step on 2 cores.
-TINY = ('--resnet_depth=18', '--image_size=32', '--num_label_classes=4', '--precision=float32',
+# ResNet-10, 32 px, 4 classes, float32, CPU, no TPU: ~0.05-0.1 s a step on 2 cores.
+TINY = ('--resnet_depth=10', '--image_size=32', '--num_label_classes=4', '--precision=float32',
         '--train_batch_size=8', '--eval_batch_size=8', '--predict_batch_size=8', '--num_train_images=64',
         '--use_tpu=false', '--skip_train_summaries=true', '--keep_checkpoint_max=3')
 

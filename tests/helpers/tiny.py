@@ -10,7 +10,7 @@ from resnet.training import resnet_model_fn
 from resnet.estimator.estimator import Estimator
 from resnet.estimator.run_config import RunConfig
 
-TINY = dict(resnet_depth=18, image_size=32, num_label_classes=2, precision='float32', train_batch_size=2,
+TINY = dict(resnet_depth=10, image_size=32, num_label_classes=2, precision='float32', train_batch_size=2,
             eval_batch_size=2, predict_batch_size=2, iterations_per_loop=1, skip_train_summaries=True)
 
 

@@ -15,7 +15,7 @@ from tests.helpers import cli
 pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
 
 CONFIGS = sorted(glob.glob(os.path.join(resnet_flags.CONFIG_DIR, '*.yaml')))
-TINY = ['--resnet_depth=18', '--image_size=32', '--train_batch_size=8', '--eval_batch_size=8',
+TINY = ['--resnet_depth=10', '--image_size=32', '--train_batch_size=8', '--eval_batch_size=8',
         '--predict_batch_size=8', '--train_steps=2', '--iterations_per_loop=1', '--steps_per_eval=2',
         '--use_cache=false']
 # What a config needs on a CPU-only machine, beyond sizes: the TPU config runs locally only with use_tpu=false.

@@ -177,7 +177,7 @@ def test_a_run_copied_without_params_yaml_is_refused_naming_its_architecture(fin
   assert result.code == 1
   error = result.log.splitlines()[-1]
   assert error.startswith(f'error: Checkpoint {copy}/model.ckpt-5 holds another model than these params build'), error
-  assert 'resnet_depth=18, num_label_classes=4' in error and 'has no readable params.yaml' in error
+  assert 'resnet_depth=10, num_label_classes=4' in error and 'has no readable params.yaml' in error
   assert 'Received incompatible tensor' not in result.log and 'could not be found' not in result.log
 
 
@@ -192,7 +192,7 @@ def test_a_checkpoint_of_another_architecture_is_refused_naming_both(finished, t
   assert result.code == 1
   error = result.log.splitlines()[-1]
   assert 'holds another model than these params build' in error
-  assert f"{other}/params.yaml says resnet_depth=34 (these params: 18)" in error
+  assert f"{other}/params.yaml says resnet_depth=34 (these params: 10)" in error
   assert f'--model_dir={other}' in error and '--resnet_depth=34' in error
 
 

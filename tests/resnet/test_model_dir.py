@@ -12,7 +12,7 @@ from tests.helpers import tiny
 
 @pytest.fixture(scope='module')
 def trained_copy(module_tmp):
-  """A copy of the shared trained run (ResNet-18, 4 classes), so that tests may try to damage it."""
+  """A copy of the shared trained run (ResNet-10, 4 classes), so that tests may try to damage it."""
   source, _, _ = cli.shared_trained_run()
   target = str(module_tmp.mktemp('copy') / 'run')
   shutil.copytree(source, target)
@@ -28,7 +28,7 @@ def test_rerun_with_another_depth_fails_before_writing_and_names_both_values(tra
                                  '--resnet_depth=34'), str(tmp_path / 'log'), timeout=120)
   assert proc.popen.returncode not in (0, None)
   message = proc.log()
-  assert 'resnet_depth: 18 in' in message and '34 now' in message, message[-2000:]
+  assert 'resnet_depth: 10 in' in message and '34 now' in message, message[-2000:]
   assert '--resnet_checkpoint=' in message and 'new --model_dir' in message
   assert open(params_file, 'rb').read() == before  # the run's record is untouched
   assert sorted(os.listdir(trained_copy)) == checkpoints

@@ -16,7 +16,7 @@ from tests.helpers import procs
 pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures
 
 ROOT = procs.ROOT
-TINY = ['--resnet_depth=18', '--image_size=32', '--num_label_classes=4', '--precision=float32',
+TINY = ['--resnet_depth=10', '--image_size=32', '--num_label_classes=4', '--precision=float32',
         '--train_batch_size=8', '--eval_batch_size=8', '--predict_batch_size=8', '--iterations_per_loop=3',
         '--param_overrides=lr_schedule=cosine,base_learning_rate=0.2']
 
@@ -63,7 +63,7 @@ def test_train_and_eval_alternates_and_writes_eval_results(trained):
   assert results['global_step'] == 6
   assert results['num_examples'] == 4  # the whole validation split (4 classes x 1 image), exactly once
   assert set(results) >= {'top_1_accuracy', 'top_5_accuracy', 'loss'}
-  assert log.count('Built ResNet-18') == 1  # the model is built once, not per chunk
+  assert log.count('Built ResNet-10') == 1  # the model is built once, not per chunk
   saved = params_files.read_params(os.path.join(model_dir, 'params.yaml'))
   assert saved.train_steps == 6 and saved.lr_schedule == 'stepwise' and saved.image_size == 32
   assert os.listdir(os.path.join(model_dir, 'export'))

@@ -328,12 +328,12 @@ def test_depth_without_keras_application_says_so(monkeypatch):
 
 @pytest.mark.slow
 def test_tiny_run_measures_every_row_three_times(tmp_path):
-  """ResNet-18 at 32 px, each row over 3 windows; the determinism row runs in a child process. The baseline is
-  keras.applications' MobileNet, the cheapest to build and trace (there is no ResNet-18 there). The XLA and recipe
+  """ResNet-10 at 32 px, each row over 3 windows; the determinism row runs in a child process. The baseline is
+  keras.applications' MobileNet, the cheapest to build and trace (there is no ResNet-10 there). The XLA and recipe
   rows are left out here (each a build and trace more; their order is checked with fakes above, their steps in
   test_accelerator_paths and test_recipe)."""
   data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=16, num_validation=0)
-  cfg = rows_lib.BenchConfig(resnet_depth=18, image_size=32, batch_size=4, steps=2, warmup_steps=2, repeats=3,
+  cfg = rows_lib.BenchConfig(resnet_depth=10, image_size=32, batch_size=4, steps=2, warmup_steps=2, repeats=3,
                              precisions=('float32',), xla_precisions=(),
                              determinism_precisions=('float32',), recipe_precisions=(), kernel_precisions=(),
                              keras_application='MobileNet', data_dir=data_dir, ceilings=False, torch=False)
@@ -348,14 +348,14 @@ def test_tiny_run_measures_every_row_three_times(tmp_path):
     assert len(row.samples) == 3 and all(math.isfinite(s) and s > 0 for s in row.samples), row.name
     assert row.low <= row.images_per_sec <= row.high
   keras_apps, fit_ours, ours, real, det = results.rows
-  # The control trains our ResNet-18 (11.7M parameters with 1000 classes), not the keras.applications model (4.3M).
-  assert 11e6 < fit_ours.parameters == ours.parameters < 12e6 and keras_apps.parameters < 5e6
+  # The control trains our ResNet-10 (5.4M parameters with 1000 classes), not the keras.applications model (4.3M).
+  assert 5e6 < fit_ours.parameters == ours.parameters < 6e6 and keras_apps.parameters < 5e6
   # Deterministic ops were on in the child process only.
   assert det.note == 'deterministic ops on' and ours.note == '' and not determinism.op_determinism_enabled()
   assert results.vs_reference(fit_ours).baseline == keras_apps.name
   assert results.vs_reference(ours).baseline == fit_ours.name
   assert results.vs_reference(det).baseline == ours.name
   assert results.vs_reference(real).baseline == ours.name and results.vs_reference(real).isolates == 'input'
-  for name in ('Keras MobileNet fit', 'Keras fit on our ResNet-18', 'ours (Estimator)', 'JPEG records',
+  for name in ('Keras MobileNet fit', 'Keras fit on our ResNet-10', 'ours (Estimator)', 'JPEG records',
                'random_seed (deterministic ops)', 'Targets:', 'For reference only', 'child process'):
     assert name in text

@@ -1,6 +1,6 @@
 """SavedModel export through the real code path (Estimator + resnet_model_fn), checked from a fresh process.
 
-A tiny ResNet-18 (32 px, 3 classes) is trained 2 steps and exported. A separate Python process, which never imports
+A tiny ResNet-10 (32 px, 3 classes) is trained 2 steps and exported. A separate Python process, which never imports
 this repository, loads the SavedModel and classifies real JPEG and PNG bytes; its outputs must equal the in-process
 model on the same images preprocessed as eval at image_size 32 (the reference export always used 224 and JPEG).
 """
@@ -30,7 +30,7 @@ BIN_DIR = os.path.dirname(sys.executable)
 
 def make_params(model_dir: str) -> Mapping[str, Any]:
   return run_params.make_params(dict(
-      resnet_depth=18, num_label_classes=NUM_CLASSES, image_size=IMAGE_SIZE, precision='float32',
+      resnet_depth=10, num_label_classes=NUM_CLASSES, image_size=IMAGE_SIZE, precision='float32',
       train_batch_size=2, eval_batch_size=2, predict_batch_size=2, train_steps=2, iterations_per_loop=2,
       save_checkpoints_steps=2, num_train_images=8, lr_warmup_epochs=0.0, model_dir=model_dir, skip_train_summaries=True))
 

@@ -117,7 +117,7 @@ def test_train_export_quantized_then_predict_with_the_int8_file_and_reexport_wit
                 '--tflite_quantizations=dynamic_int8', '--tflite_eval_images=8', '--tflite_min_agreement=0',
                 '--use_tpu=false'], tmp_path, 'export')
   assert again.returncode == 0, again.stderr[-3000:]
-  assert 'From the run in' in again.stderr and 'resnet_depth=18' in again.stderr
+  assert 'From the run in' in again.stderr and 'resnet_depth=10' in again.stderr
   assert glob.glob(str(tmp_path / 'again' / '*' / 'model_dynamic_int8.tflite'))
   contradicting = _run(['--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "bad"}',
                         '--resnet_depth=50', '--use_tpu=false'], tmp_path, 'contradicting')

@@ -22,7 +22,7 @@ from tools import model_report
 from tests.helpers import tiny
 
 # The expected table, written out independently of params/architectures.py (the reference's model_params).
-BLOCKS = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3],
+BLOCKS = {10: [1, 1, 1, 1], 18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3],
           200: [3, 24, 36, 3], 270: [4, 29, 53, 4], 350: [4, 36, 72, 4], 420: [4, 44, 87, 4]}
 RS_DEPTHS = (270, 350, 420)
 DEPTHS = tuple(d for d in BLOCKS if d not in RS_DEPTHS)
@@ -138,7 +138,7 @@ def test_fixed_padding_gives_reference_feature_map_sizes(resnet50_224, depth, im
 
 
 def test_unsupported_depth_raises_value_error_listing_supported_depths():
-  with pytest.raises(ValueError, match='18, 34, 50, 101, 152, 200'):
+  with pytest.raises(ValueError, match='10, 18, 34, 50, 101, 152, 200'):
     tiny.model(42, 10)
   with pytest.raises(ValueError, match='resnet_depth must be one of'):
     plan.count_params(tiny.config(26, 1000))

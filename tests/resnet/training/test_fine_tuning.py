@@ -112,7 +112,7 @@ def test_fine_tuning_torchvision_weights_with_every_control_through_the_cli(tmp_
   model_dir = str(tmp_path / 'run')
   result = cli.run_in_process('--mode=train', f'--data_dir={data_dir}', f'--model_dir={model_dir}',
                               '--train_steps=2', '--iterations_per_loop=1', f'--resnet_checkpoint={weights}',
-                              '--freeze_batch_norm=true', '--train_head_only_steps=1', '--layer_decay=0.7')
+                              '--resnet_depth=18', '--freeze_batch_norm=true', '--train_head_only_steps=1', '--layer_decay=0.7')
   assert result.code == 0, result.log[-3000:]
   log = result.log
   assert 'freeze_batch_norm: 20 batch-norm layers' in log and 'only the classifier head learns before step 1' in log
