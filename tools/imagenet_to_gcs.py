@@ -12,6 +12,8 @@ Input layouts, detected automatically:
   (b) split folders: ``<root>/train/<class>/...`` plus ``val/`` or ``validation/`` and optionally ``test/``.
   (c) ImageNet: ``train/<synset>/*.JPEG``, flat ``validation/*.JPEG`` and ``synset_labels.txt`` (one synset per
       line, in sorted validation filename order).
+  (d) a labels CSV (--labels_csv=FILE): any folder of images plus a CSV naming each file and its label
+      (tools/labels_csv.py); split by the ratios like (a) unless the CSV has a split column.
 
 Outputs in --local_scratch_dir: ``train-00000-of-00008``, ``validation-...``, ``test-...`` shards of tf.train.Example
 (official_input/example_schema.py; labels 1-based = sorted class index + 1, 0 reserved for background),
@@ -48,6 +50,7 @@ if __package__ in (None, ''):  # Run as a script (like the reference): make the 
 
 from official_input.dataset_layout import LABELS_FILE, MIN_IMAGE_SIDE, SUMMARY_FILE  # pylint: disable=g-import-not-at-top
 from tools import clean_images  # pylint: disable=g-import-not-at-top
+from tools import labels_csv  # pylint: disable=g-import-not-at-top
 
 SPLITS = ('train', 'validation', 'test')
 # Auto shard count: about one shard per this many source bytes, capped like the reference (1024/128) and at the
@@ -73,10 +76,10 @@ class Item(NamedTuple):
 
 class Plan(NamedTuple):
   """What to convert: the layout found, the ordered items per split, class names (label = index + 1)."""
-  layout: str  # 'class_folders', 'split_folders' or 'imagenet'.
+  layout: str  # 'class_folders', 'split_folders', 'imagenet', 'labels_csv' or 'labels_csv_splits'.
   splits: Dict[str, List[Item]]
   class_names: List[str]
-  loose_files: List[str]  # Files outside any class folder (skipped and reported).
+  loose_files: List[str]  # Files outside any class folder, or no CSV row names (skipped and reported).
   link_skips: Sequence[Tuple[str, str]] = ()  # (path, why): links to folders or files already read
 
 
@@ -213,10 +216,47 @@ def _split_folder_plan(root: str, split_dirs: List[str], walker: '_Walker') -> P
   return Plan(layout, splits, names, loose_files, walker.skips)
 
 
-def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0) -> Plan:
-  """Detects the layout of raw_data_dir and lists the files of each split (train shuffled with the seed)."""
+RATIO_LAYOUTS = ('class_folders', 'labels_csv')  # the layouts split by the ratios
+
+
+def _csv_plan(raw_data_dir: str, csv_path: str, columns: labels_csv.Columns, max_classes: Optional[int],
+              ratios: Sequence[float], seed: int, walker: _Walker) -> Plan:
+  """Layout (d): the files a labels CSV names, with its labels; split by its split column, or per class by the
+  ratios (stratified, as class folders are). Files no row names are skipped and reported."""
+  if not os.path.isfile(csv_path):
+    raise ValueError(f'--labels_csv {csv_path!r} is not a file.')
+  files = walker.files(raw_data_dir)
+  rows, unnamed = labels_csv.read(csv_path, raw_data_dir, files, columns, max_classes)
+  items = walker.unique([Item(row.path, row.label) for row in rows])
+  kept = {item.path for item in items}
+  names = labels_csv.sorted_class_names(row.label for row in rows)
+  if unnamed:
+    logging.warning('%d files under %s are not named in %s and are skipped (summary.json lists them), e.g. %s.',
+                    len(unnamed), raw_data_dir, csv_path, ', '.join(unnamed[:3]))
+  if rows[0].split is None:
+    by_class: Dict[str, List[Item]] = {c: [] for c in names}
+    for item in items:
+      by_class[item.class_name].append(item)
+    return Plan('labels_csv', split_class_items(by_class, ratios, seed), names, unnamed, walker.skips)
+  splits: Dict[str, List[Item]] = {s: [] for s in SPLITS}
+  for row in rows:
+    if row.path in kept:
+      splits[row.split].append(Item(row.path, row.label))
+  if not splits['train']:
+    raise ValueError(f'{csv_path}: no row has split train: the trainer needs train images.')
+  return Plan('labels_csv_splits', {s: sorted(i) for s, i in splits.items()}, names, unnamed, walker.skips)
+
+
+def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
+                    csv_path: Optional[str] = None, columns: labels_csv.Columns = labels_csv.Columns(),
+                    max_classes: Optional[int] = None) -> Plan:
+  """Detects the layout of raw_data_dir (or reads ``csv_path``, a labels CSV) and lists the files of each split
+  (train shuffled with the seed)."""
   if not os.path.isdir(raw_data_dir):
     raise ValueError(f'--raw_data_dir {raw_data_dir!r} is not a directory.')
+  if csv_path:
+    return _finish_plan(_csv_plan(raw_data_dir, csv_path, columns, max_classes, ratios, seed,
+                                  _Walker(raw_data_dir)), seed)
   dirs = _subdirs(raw_data_dir)
   expected = ('expected class folders (<root>/<class>/<images>), split folders (<root>/train/<class>/... with '
               'val/ or validation/, optionally test/), or the ImageNet layout (train/<synset>/*.JPEG, flat '
@@ -238,6 +278,10 @@ def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1)
     unique = set(map(id, walker.unique([i for c in sorted(by_class) for i in by_class[c]])))
     by_class = {c: [i for i in items if id(i) in unique] for c, items in by_class.items()}
     plan = Plan('class_folders', split_class_items(by_class, ratios, seed), sorted(by_class), loose, walker.skips)
+  return _finish_plan(plan, seed)
+
+
+def _finish_plan(plan: Plan, seed: int) -> Plan:
   for path, why in plan.link_skips:
     logging.warning('Skipping %s: %s.', path, why)
   used = {item.class_name for items in plan.splits.values() for item in items}
@@ -320,10 +364,14 @@ def convert_dataset(raw_data_dir: str,
                     overwrite: bool = False,
                     apply_exif_orientation: bool = True,
                     max_image_side: int = 0,
-                    drop_leaked_images: bool = False) -> Dict[str, Any]:
+                    drop_leaked_images: bool = False,
+                    labels_csv_path: Optional[str] = None,
+                    csv_columns: labels_csv.Columns = labels_csv.Columns(),
+                    max_classes: Optional[int] = None) -> Dict[str, Any]:
   """Converts raw_data_dir to TFRecord shards, labels.txt and summary.json in output_dir; returns the summary.
 
-  Shard counts of None are sized to the data (default_num_shards). Ratios apply to the class-folder layout only.
+  Shard counts of None are sized to the data (default_num_shards). Ratios apply to class folders and to a labels
+  CSV (``labels_csv_path``, read with ``csv_columns``) without a split column.
   max_image_side > 0 shrinks images whose longer side exceeds it (0 keeps every size). Validation and test images
   that are copies of an image of an earlier split (train, then validation) are reported, and with
   drop_leaked_images left out of their split.
@@ -338,10 +386,10 @@ def convert_dataset(raw_data_dir: str,
     raise ValueError(f'Output dir {output_dir} must not be inside raw_data_dir {raw_data_dir} '
                      '(it would be read as data).')
   start = time.time()
-  plan = plan_conversion(raw_data_dir, ratios, seed)
+  plan = plan_conversion(raw_data_dir, ratios, seed, labels_csv_path, csv_columns, max_classes)
   logging.info('Found the %s layout in %s: %s, %d classes.', plan.layout, raw_data_dir,
                ', '.join(f'{s} {len(plan.splits[s])} files' for s in SPLITS), len(plan.class_names))
-  if plan.layout != 'class_folders' and ratios != (0.8, 0.1, 0.1):
+  if plan.layout not in RATIO_LAYOUTS and ratios != (0.8, 0.1, 0.1):
     logging.info('Split ratios %s ignored: %s is already split.', ratios, raw_data_dir)
   _prepare_output_dir(output_dir, overwrite)
   shards = _shard_plan(plan, {'train': train_shards, 'validation': validation_shards, 'test': test_shards})
@@ -371,11 +419,13 @@ def _default_num_workers() -> int:
 
 def _new_summary(plan: Plan, raw_data_dir: str, output_dir: str, ratios: Sequence[float],
                  seed: int) -> Dict[str, Any]:
+  loose_reason = 'not named in the labels CSV' if plan.layout.startswith('labels_csv') else 'not inside a class folder'
   return {
       'layout': plan.layout,
       'raw_data_dir': raw_data_dir,
       'output_dir': output_dir,
-      'split_ratios': dict(zip(SPLITS, ratios)) if plan.layout == 'class_folders' else None,
+      'split_ratios': dict(zip(SPLITS, ratios)) if plan.layout in RATIO_LAYOUTS else None,
+      'task': 'single_label',  # a labels CSV with several labels per row is refused (tools/labels_csv.py)
       'seed': seed,
       'jpeg_quality': clean_images.JPEG_QUALITY,
       'num_classes': len(plan.class_names),
@@ -384,7 +434,7 @@ def _new_summary(plan: Plan, raw_data_dir: str, output_dir: str, ratios: Sequenc
       'num_images': 0,
       'converted': {},  # reason -> {'count': n, 'examples': [paths]}
       'shards': {},  # shard file name -> {'records': n, 'bytes': b, 'sha256': hex digest}
-      'skipped': ([{'path': p, 'split': None, 'reason': 'not inside a class folder'} for p in plan.loose_files]
+      'skipped': ([{'path': p, 'split': None, 'reason': loose_reason} for p in plan.loose_files]
                   + [{'path': p, 'split': None, 'reason': why} for p, why in plan.link_skips]),
   }
 
@@ -654,9 +704,26 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                        '--gcs_output_path is given (the reference defaulted to True).', flag_values=fv)
   flags.DEFINE_string('project', None, 'Accepted for compatibility with the reference; unused (uploads go through '
                       'tf.io.gfile and the environment\'s credentials, not a cloud SDK).', flag_values=fv)
-  flags.DEFINE_float('train_ratio', 0.8, 'Class-folder layout: fraction of each class for train.', flag_values=fv)
-  flags.DEFINE_float('validation_ratio', 0.1, 'Class-folder layout: fraction for validation.', flag_values=fv)
-  flags.DEFINE_float('test_ratio', 0.1, 'Class-folder layout: fraction for test.', flag_values=fv)
+  flags.DEFINE_string('labels_csv', None, 'A CSV naming each image under --raw_data_dir and its label (header '
+                      'first; paths relative to --raw_data_dir, with or without extension); replaces the folder '
+                      'layouts. One label per row.', flag_values=fv)
+  flags.DEFINE_string('csv_path_column', None, 'The --labels_csv column of image paths (default: the first).',
+                      flag_values=fv)
+  flags.DEFINE_string('csv_label_column', None, 'The --labels_csv column of labels (default: the second).',
+                      flag_values=fv)
+  flags.DEFINE_string('csv_split_column', None, 'The --labels_csv column of splits (train, validation/val, test; '
+                      "default: a column named 'split' if there is one, else the ratios split the rows).",
+                      flag_values=fv)
+  flags.DEFINE_string('csv_label_separator', None, 'What separates several labels in a --labels_csv cell '
+                      '(default: whitespace, Kaggle\'s convention); rows with several labels are refused.',
+                      flag_values=fv)
+  flags.DEFINE_integer('max_classes', None, 'The most classes --labels_csv may give (default: at most half the '
+                       'rows, from 20 rows: more says the label column is another column).', lower_bound=1,
+                       flag_values=fv)
+  flags.DEFINE_float('train_ratio', 0.8, 'Class folders or a --labels_csv without splits: fraction of each class '
+                     'for train.', flag_values=fv)
+  flags.DEFINE_float('validation_ratio', 0.1, 'Fraction for validation (as --train_ratio).', flag_values=fv)
+  flags.DEFINE_float('test_ratio', 0.1, 'Fraction for test (as --train_ratio).', flag_values=fv)
   flags.DEFINE_integer('seed', 0, 'Seed of the split and of the train shuffle.', flag_values=fv)
   for split in SPLITS:
     flags.DEFINE_integer(f'{split}_shards', None, f'Number of {split} shards. Default: about one per '
@@ -685,6 +752,10 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
     raise app.UsageError('--raw_data_dir is required.')
   if not fv.local_scratch_dir:
     raise app.UsageError('--local_scratch_dir is required (the records are written there, then uploaded).')
+  csv_flags = [f'--{n}' for n in ('csv_path_column', 'csv_label_column', 'csv_split_column', 'csv_label_separator',
+                                   'max_classes') if fv[n].value is not None]
+  if csv_flags and not fv.labels_csv:
+    raise app.UsageError(f'{", ".join(csv_flags)} describe a labels CSV: give it with --labels_csv=FILE.')
   upload = fv.gcs_upload if fv.gcs_upload is not None else bool(fv.gcs_output_path)
   if upload:
     if not (fv.gcs_output_path or '').startswith('gs://'):
@@ -699,7 +770,10 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
         test_ratio=fv.test_ratio, seed=fv.seed, train_shards=fv.train_shards,
         validation_shards=fv.validation_shards, test_shards=fv.test_shards, num_workers=fv.num_workers,
         overwrite=fv.overwrite, apply_exif_orientation=fv.exif_orientation, max_image_side=fv.max_image_side,
-        drop_leaked_images=fv.drop_leaked_images)
+        drop_leaked_images=fv.drop_leaked_images, labels_csv_path=fv.labels_csv,
+        csv_columns=labels_csv.Columns(fv.csv_path_column, fv.csv_label_column, fv.csv_split_column,
+                                       fv.csv_label_separator),
+        max_classes=fv.max_classes)
     print(format_summary(summary))
     if upload:
       upload_outputs(fv.local_scratch_dir, fv.gcs_output_path, fv.overwrite)

@@ -1,0 +1,153 @@
+"""A labels CSV as the converter's input (tools/labels_csv.py, imagenet_to_gcs --labels_csv): the rows' files,
+labels and splits, every bad row named before anything is written, and the same records as class folders."""
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+from absl import flags
+from PIL import Image
+
+from tools import imagenet_to_gcs as conv
+from tools import labels_csv
+
+
+def _image(path: str, seed: int) -> str:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  Image.fromarray(np.random.default_rng(seed).integers(0, 256, (12, 16, 3), dtype=np.uint8)).save(path, 'JPEG')
+  return path
+
+
+def _csv(path, rows, header=('image_name', 'tags')) -> str:
+  with open(path, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(header)
+    writer.writerows(rows)
+  return str(path)
+
+
+def _flat(root, n: int = 12, classes=('cat', 'dog', 'owl')):
+  """n JPEGs train_<i>.jpg in one folder, and rows (name without extension, class) as Kaggle writes them."""
+  rows = []
+  for i in range(n):
+    _image(os.path.join(root, f'train_{i}.jpg'), i)
+    rows.append((f'train_{i}', classes[i % len(classes)]))
+  return str(root), rows
+
+
+def _convert(raw, out, csv_path, **kw):
+  return conv.convert_dataset(raw, str(out), num_workers=1, labels_csv_path=csv_path, **kw)
+
+
+def test_a_csv_of_names_without_extension_converts_with_its_labels_split_per_class(tmp_path):
+  raw, rows = _flat(tmp_path / 'images')
+  summary = _convert(raw, tmp_path / 'out', _csv(tmp_path / 'train.csv', rows), train_ratio=0.5,
+                     validation_ratio=0.25, test_ratio=0.25)
+  assert summary['layout'] == 'labels_csv' and summary['task'] == 'single_label'
+  assert summary['labels'] == {'cat': 1, 'dog': 2, 'owl': 3}
+  assert (tmp_path / 'out' / 'labels.txt').read_text() == 'cat\ndog\nowl\n'
+  for split, per_class in (('train', 2), ('validation', 1), ('test', 1)):  # 4 a class: stratified by the ratios
+    assert summary['splits'][split]['per_class'] == {'cat': per_class, 'dog': per_class, 'owl': per_class}
+  assert summary['num_images'] == 12 and summary['skipped'] == []
+
+
+def test_a_split_column_keeps_its_split_and_unnamed_files_are_skipped_and_reported(tmp_path):
+  raw, rows = _flat(tmp_path / 'images', n=6)
+  _image(os.path.join(raw, 'extra', 'unlabelled.jpg'), 99)
+  splits = ['train', 'train', 'train', 'val', 'validation', 'TEST']
+  path = _csv(tmp_path / 'labels.csv', [(f'./{name}.jpg', label, split) for (name, label), split in zip(rows, splits)],
+              header=('file', 'label', 'Split'))
+  summary = _convert(raw, tmp_path / 'out', path)
+  assert summary['layout'] == 'labels_csv_splits' and summary['split_ratios'] is None
+  assert [summary['splits'][s]['images'] for s in ('train', 'validation', 'test')] == [3, 2, 1]
+  assert summary['skipped'] == [{'path': os.path.join(raw, 'extra', 'unlabelled.jpg'), 'split': None,
+                                 'reason': 'not named in the labels CSV'}]
+
+
+def test_named_columns_and_class_numbers_in_numeric_order(tmp_path):
+  raw, rows = _flat(tmp_path / 'images', n=4)
+  path = _csv(tmp_path / 'labels.csv', [('x', label, name) for (name, _), label in zip(rows, ['2', '10', '2', '10'])],
+              header=('note', 'Target', 'Id'))
+  summary = _convert(raw, tmp_path / 'out', path, csv_columns=labels_csv.Columns(path='Id', label='Target'),
+                     train_ratio=0.5, validation_ratio=0.5, test_ratio=0.0)
+  assert summary['labels'] == {'2': 1, '10': 2}
+
+
+def test_a_csv_naming_class_folder_files_makes_the_same_records_as_the_folders(tmp_path):
+  """The CSV route and the class-folder route share the split and the writer: the same images, labels and seed
+  give byte-identical shards, so training on either gives the same model."""
+  raw = tmp_path / 'folders'
+  rows = []
+  for c, name in enumerate(('ant', 'bee')):
+    for i in range(5):
+      _image(os.path.join(raw, name, f'{name}_{i}.jpg'), 10 * c + i)
+      rows.append((f'{name}/{name}_{i}.jpg', name))
+  by_folder = conv.convert_dataset(str(raw), str(tmp_path / 'a'), num_workers=1, seed=3)
+  by_csv = _convert(str(raw), tmp_path / 'b', _csv(tmp_path / 'labels.csv', rows), seed=3)
+  assert by_folder['shards'] and by_folder['shards'] == by_csv['shards']  # names, record counts, bytes, SHA-256
+  assert by_folder['labels'] == by_csv['labels']
+
+
+@pytest.mark.parametrize('rows,message', [
+    ([('train_0', 'cat'), ('nope', 'dog')], r"1 rows name no file: line 3 'nope' \(no such file"),
+    ([('train_0', 'cat'), ('train_0.jpg', 'dog')], r'1 files are named twice .*train_0.jpg on lines 2 and 3'),
+    ([('train_0', 'cat'), ('train_1', '')], r"1 rows have an empty 'tags' cell .*line 3 \(train_1\)"),
+    ([('train_0', 'cat'), ('train_1', 'cat dog')], r'1 rows have several labels: multi-label .*line 3 '
+                                                    r'\(train_1: cat dog\)'),
+    ([('train_0',)], r'1 rows with fewer cells than the header \(2\): line 2 has 1 cells'),
+])
+def test_bad_rows_are_named_and_nothing_is_written(tmp_path, rows, message):
+  raw, _ = _flat(tmp_path / 'images', n=2)
+  out = tmp_path / 'out'
+  with pytest.raises(ValueError, match=message + r'.*Nothing was written'):
+    _convert(raw, out, _csv(tmp_path / 'labels.csv', rows))
+  assert not out.exists()
+
+
+def test_a_name_matching_two_files_asks_for_the_extension(tmp_path):
+  raw = str(tmp_path / 'images')
+  _image(os.path.join(raw, 'a.jpg'), 1)
+  _image(os.path.join(raw, 'a.jpeg'), 2)
+  with pytest.raises(ValueError, match="line 2 'a' matches 2 files .*give the extension"):
+    _convert(raw, tmp_path / 'out', _csv(tmp_path / 'labels.csv', [('a', 'x')]))
+
+
+def test_unknown_columns_and_splits_name_what_is_there(tmp_path):
+  raw, rows = _flat(tmp_path / 'images', n=2)
+  path = _csv(tmp_path / 'labels.csv', rows)
+  with pytest.raises(ValueError, match=r"no column 'label' \(--csv_label_column\); its columns are "
+                                       r"\['image_name', 'tags'\]"):
+    _convert(raw, tmp_path / 'out', path, csv_columns=labels_csv.Columns(label='label'))
+  bad = _csv(tmp_path / 'split.csv', [(n, l, 'holdout') for n, l in rows], header=('image', 'label', 'split'))
+  with pytest.raises(ValueError, match=r"2 rows have an unknown 'split' value \(use train, validation, val or "
+                                       r"test\): line 2 'holdout'"):
+    _convert(raw, tmp_path / 'out', bad)
+
+
+def test_a_label_column_of_unique_values_is_refused_unless_allowed(tmp_path):
+  raw, rows = _flat(tmp_path / 'images', n=20)
+  path = _csv(tmp_path / 'labels.csv', [(name, f'caption {i}'.replace(' ', '_')) for i, (name, _) in enumerate(rows)])
+  with pytest.raises(ValueError, match=r"column 'tags' has 20 different labels over 20 rows, more than half the rows: "
+                                       r'is it the label column\?.*--max_classes=20'):
+    _convert(raw, tmp_path / 'out', path)
+  with pytest.raises(ValueError, match=r'more than --max_classes=5'):
+    _convert(raw, tmp_path / 'out', path, max_classes=5)
+  summary = _convert(raw, tmp_path / 'out', path, max_classes=20)
+  assert summary['num_classes'] == 20
+
+
+def test_the_cli_reads_the_csv_flags_and_refuses_them_without_a_csv(tmp_path):
+  raw, rows = _flat(tmp_path / 'images', n=6)
+  path = _csv(tmp_path / 'labels.csv', [(label, name) for name, label in rows], header=('tags', 'image_name'))
+  fv = flags.FlagValues()
+  conv.define_flags(fv)
+  fv(['convert', f'--raw_data_dir={raw}', f'--local_scratch_dir={tmp_path / "out"}', '--num_workers=1',
+      f'--labels_csv={path}', '--csv_path_column=image_name', '--csv_label_column=tags'])
+  conv.main(['convert'], fv)
+  with open(tmp_path / 'out' / 'summary.json') as f:
+    assert json.load(f)['labels'] == {'cat': 1, 'dog': 2, 'owl': 3}
+  fv.unparse_flags()
+  fv(['convert', f'--raw_data_dir={raw}', f'--local_scratch_dir={tmp_path / "out2"}', '--csv_label_column=tags'])
+  with pytest.raises(Exception, match='--csv_label_column describe a labels CSV: give it with --labels_csv=FILE'):
+    conv.main(['convert'], fv)

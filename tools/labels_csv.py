@@ -1,0 +1,160 @@
+"""A labels CSV read against its image folder: which file each row names, its label and its split, or an error
+that names every bad row (the converter writes nothing then).
+
+Data often arrives as a folder of images plus a CSV mapping each file to its label (Kaggle's ``image_name,tags``,
+paths without extension; ``Id,Target``). The path column and the label column are the first two unless named; a
+path is relative to the image folder, with or without its extension; a ``split`` column (train / validation / val /
+test), when there is one, keeps the split it gives. One label per row: rows with several labels or none are
+multi-label data, which the trainer does not learn yet, and are refused naming the first such rows.
+"""
+import csv
+import dataclasses
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+SPLIT_VALUES = {'train': 'train', 'validation': 'validation', 'val': 'validation', 'test': 'test'}
+MAX_LISTED = 5  # bad rows named in an error; the rest are counted
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  path: str             # the file it names (absolute)
+  label: str
+  split: Optional[str]  # 'train', 'validation', 'test', or None without a split column
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+  """Column names; None: the path column is the first, the label column the second, and a column named 'split'
+  (any case) is the split column if there is one."""
+  path: Optional[str] = None
+  label: Optional[str] = None
+  split: Optional[str] = None
+  separator: Optional[str] = None  # between several labels in a cell; None: whitespace (Kaggle's convention)
+
+
+def _listed(problems: List[str], what: str) -> str:
+  shown = '; '.join(problems[:MAX_LISTED])
+  more = f'; ... and {len(problems) - MAX_LISTED} more' if len(problems) > MAX_LISTED else ''
+  return f'{len(problems)} {what}: {shown}{more}'
+
+
+def _pick(header: List[str], name: Optional[str], default_index: Optional[int], flag: str, csv_path: str) -> int:
+  if name is None:
+    return default_index
+  if name not in header:
+    raise ValueError(f'{csv_path} has no column {name!r} ({flag}); its columns are {header}.')
+  return header.index(name)
+
+
+def _file_index(image_dir: str, files: Sequence[str]) -> Tuple[Dict[str, str], Dict[str, List[str]]]:
+  """Files by their path relative to ``image_dir``, and by that path without its extension."""
+  exact, stems = {}, {}
+  for path in files:
+    rel = os.path.relpath(path, image_dir).replace(os.sep, '/')
+    exact[rel] = path
+    stems.setdefault(os.path.splitext(rel)[0], []).append(path)
+  return exact, stems
+
+
+def sorted_class_names(names) -> List[str]:
+  """Class names in label order: numerically when every name is a whole number (``Target`` columns of class
+  numbers: 2 before 10), else as strings (as class folders are)."""
+  names = set(names)
+  if names and all(n.isdigit() for n in names):
+    return sorted(names, key=int)
+  return sorted(names)
+
+
+def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns = Columns(),
+         max_classes: Optional[int] = None) -> Tuple[List[Row], List[str]]:
+  """(rows, files under ``image_dir`` that no row names). ``files``: every image file under ``image_dir``.
+
+  ValueError, naming the rows, for: a column that is not there, rows naming no file (the path and every
+  extension tried), a file named twice, empty label cells, several labels in a cell (multi-label), an unknown
+  split, and a label vocabulary larger than ``max_classes`` (None: more classes than half the rows, from 20 rows,
+  which says the label column is probably another column)."""
+  with open(csv_path, newline='', encoding='utf-8-sig') as f:
+    table = [r for r in csv.reader(f) if any(cell.strip() for cell in r)]
+  if not table:
+    raise ValueError(f'{csv_path} is empty: expected a header and one row per image (e.g. image,label).')
+  header, body = [h.strip() for h in table[0]], table[1:]
+  if len(header) < 2:
+    raise ValueError(f'{csv_path} has one column ({header}): expected a path column and a label column.')
+  path_i = _pick(header, columns.path, 0, '--csv_path_column', csv_path)
+  label_i = _pick(header, columns.label, 1 if path_i != 1 else 0, '--csv_label_column', csv_path)
+  auto_split = next((i for i, h in enumerate(header) if h.lower() == 'split' and i not in (path_i, label_i)), None)
+  split_i = _pick(header, columns.split, auto_split, '--csv_split_column', csv_path)
+  exact, stems = _file_index(image_dir, files)
+  csv_real = os.path.realpath(csv_path)
+  rows: List[Row] = []
+  missing, empty, several, bad_split, short = [], [], [], [], []
+  first_row: Dict[str, int] = {}
+  twice = []
+  for number, cells in enumerate(body, start=2):  # line numbers as an editor shows them (the header is line 1)
+    if len(cells) <= max(i for i in (path_i, label_i, split_i) if i is not None):
+      short.append(f'line {number} has {len(cells)} cells')
+      continue
+    name = cells[path_i].strip()
+    key = (os.path.relpath(name, image_dir) if os.path.isabs(name) else os.path.normpath(name)).replace(os.sep, '/')
+    path = exact.get(key)
+    if path is None:
+      candidates = [p for p in stems.get(key, []) if os.path.realpath(p) != csv_real]
+      if len(candidates) > 1:
+        missing.append(f'line {number} {name!r} matches {len(candidates)} files '
+                       f'({", ".join(os.path.basename(c) for c in candidates[:3])}): give the extension')
+        continue
+      path = candidates[0] if candidates else None
+    if path is None:
+      missing.append(f'line {number} {name!r} (no such file or file with an extension under {image_dir})')
+      continue
+    labels = cells[label_i].split(columns.separator) if columns.separator else cells[label_i].split()
+    labels = [label.strip() for label in labels if label.strip()]
+    if not labels:
+      empty.append(f'line {number} ({name})')
+      continue
+    if len(labels) > 1:
+      several.append(f'line {number} ({name}: {" ".join(labels)})')
+      continue
+    split = None
+    if split_i is not None:
+      split = SPLIT_VALUES.get(cells[split_i].strip().lower())
+      if split is None:
+        bad_split.append(f'line {number} {cells[split_i].strip()!r}')
+        continue
+    if path in first_row:
+      twice.append(f'{name} on lines {first_row[path]} and {number}')
+      continue
+    first_row[path] = number
+    rows.append(Row(path, labels[0], split))
+  problems = []
+  if short:
+    problems.append(_listed(short, f'rows with fewer cells than the header ({len(header)})'))
+  if missing:
+    problems.append(_listed(missing, 'rows name no file'))
+  if twice:
+    problems.append(_listed(twice, 'files are named twice (each image must have one row)'))
+  if empty:
+    problems.append(_listed(empty, f'rows have an empty {header[label_i]!r} cell (every image needs its label; '
+                                   'leave out images you cannot label)'))
+  if several:
+    problems.append(_listed(several, 'rows have several labels: multi-label data, which the trainer does not '
+                                     'learn yet (give one label per row; a separator other than whitespace: '
+                                     '--csv_label_separator)'))
+  if bad_split:
+    problems.append(_listed(bad_split, f'rows have an unknown {header[split_i]!r} value (use train, validation, '
+                                       'val or test)'))
+  if problems:
+    raise ValueError(f'{csv_path}: ' + '. '.join(problems) + '. Nothing was written.')
+  if not rows:
+    raise ValueError(f'{csv_path} has a header but no rows: expected one row per image.')
+  classes = {row.label for row in rows}
+  limit = max_classes if max_classes is not None else (len(rows) // 2 if len(rows) >= 20 else None)
+  if limit is not None and len(classes) > limit:
+    bound = f'--max_classes={max_classes}' if max_classes is not None else 'half the rows'
+    raise ValueError(f'{csv_path}: column {header[label_i]!r} has {len(classes)} different labels over {len(rows)} '
+                     f'rows, more than {bound}: is it the label column? Name it with --csv_label_column, or allow '
+                     f'that many classes with --max_classes={len(classes)}.')
+  named = set(first_row)
+  unnamed = [p for p in files if p not in named and os.path.realpath(p) != csv_real]
+  return rows, unnamed
