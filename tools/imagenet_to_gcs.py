@@ -244,6 +244,8 @@ def _csv_plan(raw_data_dir: str, csv_path: str, columns: labels_csv.Columns, max
       splits[row.split].append(Item(row.path, row.label))
   if not splits['train']:
     raise ValueError(f'{csv_path}: no row has split train: the trainer needs train images.')
+  if not splits['validation']:
+    logging.warning('No validation rows in %s: the trainer evaluates on validation-* files.', csv_path)
   return Plan('labels_csv_splits', {s: sorted(i) for s, i in splits.items()}, names, unnamed, walker.skips)
 
 
@@ -707,10 +709,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_string('labels_csv', None, 'A CSV naming each image under --raw_data_dir and its label (header '
                       'first; paths relative to --raw_data_dir, with or without extension); replaces the folder '
                       'layouts. One label per row.', flag_values=fv)
-  flags.DEFINE_string('csv_path_column', None, 'The --labels_csv column of image paths (default: the first).',
-                      flag_values=fv)
-  flags.DEFINE_string('csv_label_column', None, 'The --labels_csv column of labels (default: the second).',
-                      flag_values=fv)
+  flags.DEFINE_string('csv_path_column', None, 'The --labels_csv column of image paths (default: the first column '
+                      'that has no other role).', flag_values=fv)
+  flags.DEFINE_string('csv_label_column', None, 'The --labels_csv column of labels (default: the next column that '
+                      'has no other role).', flag_values=fv)
   flags.DEFINE_string('csv_split_column', None, 'The --labels_csv column of splits (train, validation/val, test; '
                       "default: a column named 'split' if there is one, else the ratios split the rows).",
                       flag_values=fv)

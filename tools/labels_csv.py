@@ -2,9 +2,9 @@
 that names every bad row (the converter writes nothing then).
 
 Data often arrives as a folder of images plus a CSV mapping each file to its label (Kaggle's ``image_name,tags``,
-paths without extension; ``Id,Target``). The path column and the label column are the first two unless named; a
-path is relative to the image folder, with or without its extension; a ``split`` column (train / validation / val /
-test), when there is one, keeps the split it gives. One label per row: rows with several labels or none are
+paths without extension; ``Id,Target``). A ``split`` column (train / validation / val / test), when there is one,
+keeps the split it gives; the path and label columns are the first two others unless named; a path is relative to
+the image folder, with or without its image extension. One label per row: rows with several labels or none are
 multi-label data, which the trainer does not learn yet, and are refused naming the first such rows.
 """
 import csv
@@ -13,6 +13,8 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 SPLIT_VALUES = {'train': 'train', 'validation': 'validation', 'val': 'validation', 'test': 'test'}
+# A name without extension matches a file with one of these (any case): not a sidecar (.json, .xml, .txt).
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff')
 MAX_LISTED = 5  # bad rows named in an error; the rest are counted
 
 
@@ -25,8 +27,8 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
-  """Column names; None: the path column is the first, the label column the second, and a column named 'split'
-  (any case) is the split column if there is one."""
+  """Column names; None: a column named 'split' (any case) is the split column if there is one, and the path and
+  label columns are the first and second of the other columns."""
   path: Optional[str] = None
   label: Optional[str] = None
   split: Optional[str] = None
@@ -39,12 +41,34 @@ def _listed(problems: List[str], what: str) -> str:
   return f'{len(problems)} {what}: {shown}{more}'
 
 
-def _pick(header: List[str], name: Optional[str], default_index: Optional[int], flag: str, csv_path: str) -> int:
+def _pick(header: List[str], name: Optional[str], flag: str, csv_path: str) -> Optional[int]:
   if name is None:
-    return default_index
+    return None
   if name not in header:
     raise ValueError(f'{csv_path} has no column {name!r} ({flag}); its columns are {header}.')
   return header.index(name)
+
+
+def _columns(header: List[str], columns: Columns, csv_path: str) -> Tuple[int, int, Optional[int]]:
+  """(path, label, split) column indices: the named ones, then the split column by its name, then the first
+  unused columns for path and label. Two roles in one column are refused."""
+  path_i = _pick(header, columns.path, '--csv_path_column', csv_path)
+  label_i = _pick(header, columns.label, '--csv_label_column', csv_path)
+  split_i = _pick(header, columns.split, '--csv_split_column', csv_path)
+  named = [i for i in (path_i, label_i, split_i) if i is not None]
+  if len(set(named)) < len(named):
+    raise ValueError(f'{csv_path}: one column ({header[named[0]]!r}) is named for two roles; the path, label and '
+                     'split columns must differ.')
+  if split_i is None:
+    split_i = next((i for i, h in enumerate(header) if h.lower() == 'split' and i not in named), None)
+  free = [i for i in range(len(header)) if i not in (path_i, label_i, split_i)]
+  if path_i is None:
+    path_i = free.pop(0) if free else None
+  if label_i is None:
+    label_i = free.pop(0) if free else None
+  if path_i is None or label_i is None:
+    raise ValueError(f'{csv_path} has columns {header}: expected a path column and a label column.')
+  return path_i, label_i, split_i
 
 
 def _file_index(image_dir: str, files: Sequence[str]) -> Tuple[Dict[str, str], Dict[str, List[str]]]:
@@ -53,7 +77,9 @@ def _file_index(image_dir: str, files: Sequence[str]) -> Tuple[Dict[str, str], D
   for path in files:
     rel = os.path.relpath(path, image_dir).replace(os.sep, '/')
     exact[rel] = path
-    stems.setdefault(os.path.splitext(rel)[0], []).append(path)
+    stem, extension = os.path.splitext(rel)
+    if extension.lower() in IMAGE_EXTENSIONS:
+      stems.setdefault(stem, []).append(path)
   return exact, stems
 
 
@@ -61,8 +87,8 @@ def sorted_class_names(names) -> List[str]:
   """Class names in label order: numerically when every name is a whole number (``Target`` columns of class
   numbers: 2 before 10), else as strings (as class folders are)."""
   names = set(names)
-  if names and all(n.isdigit() for n in names):
-    return sorted(names, key=int)
+  if names and all(n.isdecimal() and n.isascii() for n in names):
+    return sorted(names, key=lambda n: (int(n), n))
   return sorted(names)
 
 
@@ -70,43 +96,45 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
          max_classes: Optional[int] = None) -> Tuple[List[Row], List[str]]:
   """(rows, files under ``image_dir`` that no row names). ``files``: every image file under ``image_dir``.
 
-  ValueError, naming the rows, for: a column that is not there, rows naming no file (the path and every
-  extension tried), a file named twice, empty label cells, several labels in a cell (multi-label), an unknown
-  split, and a label vocabulary larger than ``max_classes`` (None: more classes than half the rows, from 20 rows,
-  which says the label column is probably another column)."""
-  with open(csv_path, newline='', encoding='utf-8-sig') as f:
-    table = [r for r in csv.reader(f) if any(cell.strip() for cell in r)]
+  ValueError, naming the rows, for: a column that is not there (or named for two roles), an unreadable file, rows
+  naming no file (as written, nor with an image extension), names matching several files, a file named twice, empty
+  label cells, several labels in a cell (multi-label), an unknown split, and a label vocabulary larger than
+  ``max_classes`` (None: more classes than half the rows, from 20 rows, which says the label column is probably
+  another column)."""
+  try:
+    with open(csv_path, newline='', encoding='utf-8-sig') as f:
+      table = [r for r in csv.reader(f) if any(cell.strip() for cell in r)]
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{csv_path} is not UTF-8 text ({e}): save it as UTF-8 (CSV UTF-8 in Excel).') from None
+  except csv.Error as e:
+    raise ValueError(f'{csv_path} is not a readable CSV ({e}).') from None
   if not table:
     raise ValueError(f'{csv_path} is empty: expected a header and one row per image (e.g. image,label).')
   header, body = [h.strip() for h in table[0]], table[1:]
   if len(header) < 2:
     raise ValueError(f'{csv_path} has one column ({header}): expected a path column and a label column.')
-  path_i = _pick(header, columns.path, 0, '--csv_path_column', csv_path)
-  label_i = _pick(header, columns.label, 1 if path_i != 1 else 0, '--csv_label_column', csv_path)
-  auto_split = next((i for i, h in enumerate(header) if h.lower() == 'split' and i not in (path_i, label_i)), None)
-  split_i = _pick(header, columns.split, auto_split, '--csv_split_column', csv_path)
+  path_i, label_i, split_i = _columns(header, columns, csv_path)
   exact, stems = _file_index(image_dir, files)
   csv_real = os.path.realpath(csv_path)
   rows: List[Row] = []
-  missing, empty, several, bad_split, short = [], [], [], [], []
+  missing, ambiguous, empty, several, bad_split, short = [], [], [], [], [], []
   first_row: Dict[str, int] = {}
   twice = []
   for number, cells in enumerate(body, start=2):  # line numbers as an editor shows them (the header is line 1)
     if len(cells) <= max(i for i in (path_i, label_i, split_i) if i is not None):
       short.append(f'line {number} has {len(cells)} cells')
       continue
-    name = cells[path_i].strip()
+    name = cells[path_i].strip().replace('\\', '/')  # a CSV written on Windows
     key = (os.path.relpath(name, image_dir) if os.path.isabs(name) else os.path.normpath(name)).replace(os.sep, '/')
     path = exact.get(key)
     if path is None:
       candidates = [p for p in stems.get(key, []) if os.path.realpath(p) != csv_real]
       if len(candidates) > 1:
-        missing.append(f'line {number} {name!r} matches {len(candidates)} files '
-                       f'({", ".join(os.path.basename(c) for c in candidates[:3])}): give the extension')
+        ambiguous.append(f'line {number} {name!r} ({", ".join(os.path.basename(c) for c in candidates[:3])})')
         continue
       path = candidates[0] if candidates else None
     if path is None:
-      missing.append(f'line {number} {name!r} (no such file or file with an extension under {image_dir})')
+      missing.append(f'line {number} {name!r}')
       continue
     labels = cells[label_i].split(columns.separator) if columns.separator else cells[label_i].split()
     labels = [label.strip() for label in labels if label.strip()]
@@ -131,7 +159,10 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
   if short:
     problems.append(_listed(short, f'rows with fewer cells than the header ({len(header)})'))
   if missing:
-    problems.append(_listed(missing, 'rows name no file'))
+    problems.append(_listed(missing, f'rows name no file under {image_dir} (as written, nor with an image '
+                                     f'extension: {", ".join(IMAGE_EXTENSIONS)})'))
+  if ambiguous:
+    problems.append(_listed(ambiguous, 'rows name several files (give the extension)'))
   if twice:
     problems.append(_listed(twice, 'files are named twice (each image must have one row)'))
   if empty:

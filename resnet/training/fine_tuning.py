@@ -69,8 +69,9 @@ def scale(gradients: List[Optional[tf.Tensor]], scales: Optional[tf.Tensor]) -> 
 
 
 def log_settings(params: Mapping[str, Any]) -> None:
-  """What the controls will do, logged once when the model is built (not while tracing the step, where AutoGraph
-  would attribute the lines to TensorFlow and resnet_main's filter drops them)."""
+  """What the controls will do, logged once when the model is built (not while tracing the step, which runs once
+  per trace and, where AutoGraph converts it, has its lines attributed to TensorFlow and dropped by resnet_main's
+  filter)."""
   decay = params['layer_decay']
   if decay is not None:
     factors = ', '.join(f'{name} {decay ** (HEAD_STAGE - s):.3g}' for s, name in enumerate(STAGE_NAMES))

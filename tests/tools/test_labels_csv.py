@@ -90,7 +90,8 @@ def test_a_csv_naming_class_folder_files_makes_the_same_records_as_the_folders(t
 
 
 @pytest.mark.parametrize('rows,message', [
-    ([('train_0', 'cat'), ('nope', 'dog')], r"1 rows name no file: line 3 'nope' \(no such file"),
+    ([('train_0', 'cat'), ('nope', 'dog')],
+     r"1 rows name no file under .*images \(as written, nor with an image extension: .*\): line 3 'nope'"),
     ([('train_0', 'cat'), ('train_0.jpg', 'dog')], r'1 files are named twice .*train_0.jpg on lines 2 and 3'),
     ([('train_0', 'cat'), ('train_1', '')], r"1 rows have an empty 'tags' cell .*line 3 \(train_1\)"),
     ([('train_0', 'cat'), ('train_1', 'cat dog')], r'1 rows have several labels: multi-label .*line 3 '
@@ -109,7 +110,8 @@ def test_a_name_matching_two_files_asks_for_the_extension(tmp_path):
   raw = str(tmp_path / 'images')
   _image(os.path.join(raw, 'a.jpg'), 1)
   _image(os.path.join(raw, 'a.jpeg'), 2)
-  with pytest.raises(ValueError, match="line 2 'a' matches 2 files .*give the extension"):
+  with pytest.raises(ValueError, match=r"1 rows name several files \(give the extension\): line 2 'a' "
+                                       r"\(a.jpeg, a.jpg\)"):
     _convert(raw, tmp_path / 'out', _csv(tmp_path / 'labels.csv', [('a', 'x')]))
 
 
@@ -151,3 +153,43 @@ def test_the_cli_reads_the_csv_flags_and_refuses_them_without_a_csv(tmp_path):
   fv(['convert', f'--raw_data_dir={raw}', f'--local_scratch_dir={tmp_path / "out2"}', '--csv_label_column=tags'])
   with pytest.raises(Exception, match='--csv_label_column describe a labels CSV: give it with --labels_csv=FILE'):
     conv.main(['convert'], fv)
+
+
+def test_a_split_column_between_path_and_label_is_not_taken_for_the_labels(tmp_path):
+  raw, rows = _flat(tmp_path / 'images', n=6)
+  splits = ['train', 'train', 'train', 'train', 'validation', 'test']
+  path = _csv(tmp_path / 'labels.csv', [(n, s, l) for (n, l), s in zip(rows, splits)],
+              header=('image', 'split', 'label'))
+  summary = _convert(raw, tmp_path / 'out', path)
+  assert summary['labels'] == {'cat': 1, 'dog': 2, 'owl': 3} and summary['layout'] == 'labels_csv_splits'
+  label_first = _csv(tmp_path / 'first.csv', [(l, n) for n, l in rows], header=('label', 'image'))
+  summary = _convert(raw, tmp_path / 'out2', label_first, csv_columns=labels_csv.Columns(label='label'))
+  assert summary['labels'] == {'cat': 1, 'dog': 2, 'owl': 3}  # the path is the other column, not 'label' again
+  with pytest.raises(ValueError, match=r"one column \('image'\) is named for two roles"):
+    _convert(raw, tmp_path / 'out3', path, csv_columns=labels_csv.Columns(path='image', label='image'))
+
+
+def test_names_without_extension_match_images_only_and_windows_paths_are_read(tmp_path):
+  raw = str(tmp_path / 'images')
+  _image(os.path.join(raw, 'sub', 'a0.jpg'), 1)
+  _image(os.path.join(raw, 'sub', 'b0.JPEG'), 2)
+  with open(os.path.join(raw, 'sub', 'a0.json'), 'w') as f:  # a sidecar beside its image
+    f.write('{}')
+  rows, unnamed = labels_csv.read(_csv(tmp_path / 'labels.csv', [('sub\\a0', 'x'), ('sub/b0', 'y')]), raw,
+                                  [os.path.join(raw, 'sub', n) for n in ('a0.jpg', 'a0.json', 'b0.JPEG')])
+  assert [(os.path.basename(r.path), r.label) for r in rows] == [('a0.jpg', 'x'), ('b0.JPEG', 'y')]
+  assert unnamed == [os.path.join(raw, 'sub', 'a0.json')]
+
+
+def test_a_csv_that_is_not_utf8_is_named_with_the_fix(tmp_path):
+  raw, _ = _flat(tmp_path / 'images', n=2)
+  path = tmp_path / 'labels.csv'
+  path.write_bytes('image,label\ntrain_0,caf\xe9\n'.encode('cp1252'))
+  with pytest.raises(ValueError, match=r'labels.csv is not UTF-8 text .*save it as UTF-8'):
+    _convert(raw, tmp_path / 'out', str(path))
+
+
+def test_class_numbers_sort_as_numbers_and_ties_keep_one_order():
+  assert labels_csv.sorted_class_names(['10', '2', '01', '1']) == ['01', '1', '2', '10']
+  assert labels_csv.sorted_class_names(['b', '10', '2']) == ['10', '2', 'b']
+  assert labels_csv.sorted_class_names(['\u00b2', '1']) == ['1', '\u00b2']  # a superscript digit is not a number

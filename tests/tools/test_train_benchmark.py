@@ -184,6 +184,8 @@ def test_pytorch_rows_are_compared_with_ours_and_rated_against_the_targets():
 def test_the_pytorch_row_runs_in_the_named_python_and_is_refused_with_the_fix(tmp_path, monkeypatch):
   cfg = rows_lib.BenchConfig(resnet_depth=18, image_size=32, batch_size=2, steps=2, warmup_steps=1, repeats=2)
   assert child.find_torch_python(dataclasses.replace(cfg, torch=False))[0] is None
+  python, why = child.find_torch_python(dataclasses.replace(cfg, resnet_depth=10, torch_python=sys.executable))
+  assert python is None and 'torchvision has no ResNet-10' in why
   with pytest.raises(ValueError, match='not an executable Python'):
     child.find_torch_python(dataclasses.replace(cfg, torch_python=str(tmp_path / 'nope')))
   monkeypatch.setattr(child.importlib.util, 'find_spec', lambda name: None)

@@ -46,11 +46,16 @@ def child_main(spec: str) -> None:
     json.dump(dataclasses.asdict(row), f)
 
 
+TORCHVISION_DEPTHS = (18, 34, 50, 101, 152)  # torchvision.models.resnet{depth}
+
+
 def find_torch_python(cfg: BenchConfig) -> Tuple[Optional[str], str]:
   """(the Python that runs the PyTorch rows, or None; why not). ``--torch_python`` wins; else this Python when it
   can import torch and torchvision (checked without importing them here)."""
   if not cfg.torch:
     return None, 'PyTorch rows off (--torch=false)'
+  if cfg.resnet_depth not in TORCHVISION_DEPTHS:
+    return None, f'torchvision has no ResNet-{cfg.resnet_depth} (it has {", ".join(map(str, TORCHVISION_DEPTHS))})'
   if cfg.torch_python:
     if not os.access(cfg.torch_python, os.X_OK):
       raise ValueError(f'--torch_python={cfg.torch_python} is not an executable Python; point it at the python of '
