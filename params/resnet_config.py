@@ -54,7 +54,8 @@ OPTIMIZERS = ('momentum', 'adamw', 'lamb')
 
 PARAMS: Tuple[Param, ...] = (
     # --- model ---
-    P('resnet_depth', 50, 'ResNet depth (10: the smallest, one block a group; 270-420: ResNet-RS).', choices=DEPTHS, model=True),
+    P('resnet_depth', 50, 'ResNet depth (10: the smallest, one block a group; 270-420: ResNet-RS).', choices=DEPTHS,
+      model=True),
     P('num_label_classes', None, 'Width of the logits; unset = the class count in data_dir/summary.json, else '
       '1000. 1001 keeps the stored 1-based labels (class 0 = background).', int, checks=('> 0',), model=True),
     P('data_format', 'channels_last', 'Activation layout.', choices=('channels_last', 'channels_first'),

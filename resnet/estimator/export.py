@@ -15,7 +15,7 @@ def serving_function(model_fn: Callable, serving: ServingInput, params: Mapping[
   def serve(**inputs):
     features = serving.features_fn(**inputs)
     return model_fn(features, None, ModeKeys.PREDICT, params).predictions
-  return tf.function(serve, autograph=False)  # tensor ops throughout: converting it would only cost time
+  return tf.function(serve)
 
 
 def _next_version_dir(export_dir_base: str) -> str:

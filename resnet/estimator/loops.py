@@ -64,7 +64,7 @@ class ReplicaFunctions:
       context = tf.distribute.get_replica_context()
       key = int(tf.get_static_value(context.replica_id_in_sync_group)) if context is not None else 0
       if key not in compiled:
-        compiled[key] = tf.function(fn, jit_compile=True, autograph=False)
+        compiled[key] = tf.function(fn, jit_compile=True)
       return compiled[key](*args)
     return per_replica
 
@@ -135,11 +135,8 @@ class TrainLoop:
       done = tf.maximum(done, 1.0)
       return loss_sum / done, scalars, {k: v / done for k, v in mean_sums.items()}
 
-    # AutoGraph converts the loop's tf.range and break only: the step (model, loss, optimizer, input accounting) is
-    # written in tensor ops, and converting all of it cost ~3 s at every start.
-    step = tf.autograph.experimental.do_not_convert(step)
     # One step without tf.range: profile tools group a while loop by iteration and would find no marked steps.
-    self.single_step = tf.function(step, autograph=False)
+    self.single_step = tf.function(step)
     # The loop carries the last step's scalars and sums the mean scalars, so it needs their names up front: the
     # single step's trace gives them, and is the trace a one-step run then uses (a separate probe of the replica
     # function would trace the whole model and its gradient once more, seconds at every start).
@@ -178,7 +175,7 @@ def eval_step(strategy: tf.distribute.Strategy, replica_fn: Callable, element_sp
   before another's (uneven shards), tf.distribute hands the finished worker empty batches so that it keeps
   joining the all-reduce until every worker is done.
   """
-  probe = tf.function(lambda element: strategy.run(replica_fn, args=_device_args(element)[0]), autograph=False)
+  probe = tf.function(lambda element: strategy.run(replica_fn, args=_device_args(element)[0]))
   shapes = tf.nest.map_structure(lambda v: (_replica_value(v).shape, _replica_value(v).dtype),
                                  probe.get_concrete_function(element_spec).structured_outputs)
 
@@ -195,7 +192,7 @@ def eval_step(strategy: tf.distribute.Strategy, replica_fn: Callable, element_sp
 
   # Traced once for the dataset's spec: a retrace for an empty batch would see a static batch of 0, which some
   # Keras layers reject while tracing even in the branch that never runs.
-  @tf.function(input_signature=[element_spec], autograph=False)
+  @tf.function(input_signature=[element_spec])
   def step(element):
     (features, labels), host = _device_args(element)
     out = strategy.run(guarded, args=(features, labels))
@@ -207,7 +204,7 @@ def eval_step(strategy: tf.distribute.Strategy, replica_fn: Callable, element_sp
 
 
 def predict_step(strategy: tf.distribute.Strategy, replica_fn: Callable) -> Callable:
-  @tf.function(autograph=False)
+  @tf.function
   def step(features, labels):
     args = (features,) if labels is None else (features, labels)
     return strategy.run(replica_fn, args=args)

@@ -66,7 +66,7 @@ class StopControl:
     if self._vote is None:
       strategy, flag = self._strategy, self.flag
 
-      @tf.function(autograph=False)
+      @tf.function
       def vote():
         votes = strategy.run(lambda: tf.cast(flag.read_value(), tf.int32))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)  # ReduceOp has no MAX: > 0 = stop

@@ -134,6 +134,9 @@ def _images(features: Any) -> tf.Tensor:
   return features['image'] if isinstance(features, dict) else features
 
 
+# Written in tensor ops (tf.cond, tf.where) with Python ifs on params only: AutoGraph converting it and all it calls
+# (model, loss, optimizer, schedules) cost ~3 s at every start. The runner keeps AutoGraph for other model_fns.
+@tf.autograph.experimental.do_not_convert
 def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
                     params: RunParams) -> Optional[EstimatorSpec]:
   """TPUEstimator-style model_fn. features: images [B,S,S,3] (0..255) or {'image': ...}."""

@@ -52,6 +52,20 @@ def test_the_train_step_is_traced_once_for_one_step_loops_and_once_more_for_long
   assert len(traces) == 2
 
 
+def test_a_model_fn_with_python_control_flow_on_tensors_still_trains(tmp_path):
+  """The runner keeps AutoGraph for the model_fns it is given (resnet_model_fn opts out itself)."""
+  def branching_model_fn(features, labels, mode, params):
+    spec = toy.toy_model_fn(features, labels, mode, params)
+    if mode == ModeKeys.TRAIN and features is not None:
+      if tf.reduce_sum(features) > 1e9:  # a tensor condition: needs AutoGraph in the traced step
+        tf.print('never')
+    return spec
+  runner = E.Estimator(branching_model_fn, toy.RunConfig(model_dir=str(tmp_path), train_batch_size=8,
+                                                          iterations_per_loop=2), {})
+  runner.train(train_input, max_steps=3)  # a loop of 2, then one step
+  assert checkpoint_step(tf.train.latest_checkpoint(str(tmp_path))) == 3
+
+
 def test_resume_continues_at_saved_step_with_same_weights_and_optimizer_state(tmp_path):
   runner = make_runner(tmp_path)
   runner.train(train_input, max_steps=30)

@@ -109,3 +109,9 @@ def test_flip_tta_stays_finite_where_a_class_underflows_in_both_views():
   loss = resnet_model_fn._per_example_loss(logits, tf.constant([[0.05, 0.9, 0.05]]))  # pylint: disable=protected-access
   assert np.isfinite(float(loss[0]))
   assert bool(tf.math.in_top_k(tf.constant([1]), logits, 2)[0])
+
+
+def test_the_model_fn_is_traced_without_autograph():
+  """It is tensor ops with Python ifs on params: AutoGraph converting it and all it calls cost ~3 s a start."""
+  from tensorflow.python.autograph.impl import api as autograph_api  # pylint: disable=import-outside-toplevel
+  assert autograph_api.is_autograph_artifact(resnet_model_fn.resnet_model_fn)  # do_not_convert's mark
