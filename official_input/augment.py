@@ -16,6 +16,9 @@ RandAugment: translate 100 px, cutout 40) follow the reference TPU implementatio
 - Float results are rounded to the nearest integer, not truncated (truncation darkened every blend by ~0.5).
 - Posterize keeps at least 1 bit: the reference's "0 bits" shifted by 8, which TensorFlow clamps to 7, i.e. 1 bit.
 - RandAugment draws no unused per-op probability (the reference drew one and ignored it).
+
+TrivialAugment-Wide (Müller & Hutter 2021; torchvision's ``TrivialAugmentWide``, its recipe for the newer weights)
+follows torchvision's op list and magnitude bins; uncovered pixels are grey 128 here, black in torchvision.
 """
 import math
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -28,7 +31,7 @@ AUTOAUGMENT_TRANSLATE_CONST = 250.0
 AUTOAUGMENT_CUTOUT_CONST = 100.0
 RANDAUGMENT_TRANSLATE_CONST = 100.0
 RANDAUGMENT_CUTOUT_CONST = 40.0
-AUGMENT_NAMES = ('autoaugment', 'randaugment')
+AUGMENT_NAMES = ('autoaugment', 'randaugment', 'trivialaugment_wide')
 
 # AutoAugment ImageNet policy v0: 25 sub-policies of (op, probability, level); one is chosen uniformly per image.
 POLICY_V0: Tuple[Tuple[Tuple[str, float, int], ...], ...] = (
@@ -361,16 +364,92 @@ def randaugment(image: tf.Tensor, num_layers: int, magnitude: float, seed: Seed 
   return _augment_dtype(_run, image)
 
 
+# TrivialAugment-Wide's ops and magnitude bins (torchvision's ``_augmentation_space`` for 31 bins): per op, the
+# magnitude of bin i, and whether a random sign applies. Enhance ops take factor 1 + magnitude.
+TRIVIALAUGMENT_BINS = 31
+
+
+def _linspace(start: float, stop: float) -> Tuple[float, ...]:
+  return tuple(start + (stop - start) * i / (TRIVIALAUGMENT_BINS - 1) for i in range(TRIVIALAUGMENT_BINS))
+
+
+TRIVIALAUGMENT_WIDE: Tuple[Tuple[str, Tuple[float, ...], bool], ...] = (
+    ('Identity', (0.0,) * TRIVIALAUGMENT_BINS, False),
+    ('ShearX', _linspace(0.0, 0.99), True),
+    ('ShearY', _linspace(0.0, 0.99), True),
+    ('TranslateX', _linspace(0.0, 32.0), True),
+    ('TranslateY', _linspace(0.0, 32.0), True),
+    ('Rotate', _linspace(0.0, 135.0), True),
+    ('Brightness', _linspace(0.0, 0.99), True),
+    ('Color', _linspace(0.0, 0.99), True),
+    ('Contrast', _linspace(0.0, 0.99), True),
+    ('Sharpness', _linspace(0.0, 0.99), True),
+    # torchvision: 8 - round(i / ((bins - 1) / 6)), rounding half to even as torch.round does.
+    ('Posterize', tuple(float(8 - round(i / ((TRIVIALAUGMENT_BINS - 1) / 6))) for i in range(TRIVIALAUGMENT_BINS)),
+     False),
+    ('Solarize', _linspace(256.0, 0.0), False),
+    ('AutoContrast', (0.0,) * TRIVIALAUGMENT_BINS, False),
+    ('Equalize', (0.0,) * TRIVIALAUGMENT_BINS, False),
+)
+
+TRIVIALAUGMENT_APPLY: Dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
+    'Identity': lambda image, m: image,
+    'ShearX': shear_x,
+    'ShearY': shear_y,
+    # torchvision translates by int(magnitude) pixels and solarizes values >= the float threshold.
+    'TranslateX': lambda image, m: translate_x(image, tf.cast(tf.cast(m, tf.int32), tf.float32)),
+    'TranslateY': lambda image, m: translate_y(image, tf.cast(tf.cast(m, tf.int32), tf.float32)),
+    'Rotate': rotate,
+    'Brightness': lambda image, m: brightness(image, 1.0 + m),
+    'Color': lambda image, m: color(image, 1.0 + m),
+    'Contrast': lambda image, m: contrast(image, 1.0 + m),
+    'Sharpness': lambda image, m: sharpness(image, 1.0 + m),
+    'Posterize': posterize,
+    'Solarize': lambda image, m: solarize(image, tf.math.ceil(m)),
+    'AutoContrast': lambda image, m: autocontrast(image),
+    'Equalize': lambda image, m: equalize(image),
+}
+
+
+def trivialaugment_draws(seed: Seed = None) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(op index into TRIVIALAUGMENT_WIDE, signed magnitude) for one image: op and bin uniform, sign a fair coin
+  (for the signed ops). Separate from the application so that tests can replay a draw."""
+  seed = _as_seed(seed)
+  op = _randint(_sub_seed(seed, 0), len(TRIVIALAUGMENT_WIDE))
+  bin_index = _randint(_sub_seed(seed, 1), TRIVIALAUGMENT_BINS)
+  table = tf.constant([magnitudes for _, magnitudes, _ in TRIVIALAUGMENT_WIDE], tf.float32)
+  signed = tf.gather([signed for _, _, signed in TRIVIALAUGMENT_WIDE], op)
+  negative = signed & (_uniform(_sub_seed(seed, 2)) < 0.5)
+  magnitude = tf.gather_nd(table, tf.stack([op, bin_index]))
+  return op, tf.where(negative, -magnitude, magnitude)
+
+
+@tf.autograph.experimental.do_not_convert
+def trivialaugment_wide(image: tf.Tensor, seed: Seed = None) -> tf.Tensor:
+  """TrivialAugment-Wide: one op drawn uniformly from 14 (identity included) at a magnitude drawn uniformly from
+  31 bins; no hyperparameters. ``image``: uint8 or float [H, W, 3] in 0..255; same shape and dtype come back."""
+  op, magnitude = trivialaugment_draws(seed)
+
+  def _run(image: tf.Tensor) -> tf.Tensor:
+    branches = [lambda name=name, image=image: TRIVIALAUGMENT_APPLY[name](image, magnitude)
+                for name, _, _ in TRIVIALAUGMENT_WIDE]
+    return tf.switch_case(op, branches)
+
+  return _augment_dtype(_run, image)
+
+
 @tf.autograph.experimental.do_not_convert
 def apply_augment(image: tf.Tensor, name: Optional[str], num_layers: int = 2, magnitude: float = 10,
                   seed: Seed = None) -> tf.Tensor:
   """Dispatches on ``name``: None or '' is a no-op, else autoaugment / randaugment (N ``num_layers`` ops of level
-  ``magnitude``)."""
+  ``magnitude``) / trivialaugment_wide."""
   if not name:
     return image
   if name == 'autoaugment':
     return autoaugment(image, seed)
   if name == 'randaugment':
     return randaugment(image, num_layers, magnitude, seed)
+  if name == 'trivialaugment_wide':
+    return trivialaugment_wide(image, seed)
   raise ValueError(f'Unknown augment_name {name!r}; use one of {", ".join(AUGMENT_NAMES)} (or leave it empty).')
 

@@ -61,7 +61,7 @@ class AugmentConfig:
   crop_area_range: fraction of the image the random crop covers, 0 < lo <= hi <= 1.
   crop_aspect_ratio_range: width / height of the random crop, 0 < lo <= hi.
   random_flip: mirror left-right half the time; switch off for digits, text or other chiral content.
-  augment_name: None (or ''), 'autoaugment' (ImageNet policy v0) or 'randaugment'.
+  augment_name: None (or ''), 'autoaugment' (ImageNet policy v0), 'randaugment' or 'trivialaugment_wide'.
   randaug_num_layers, randaug_magnitude: RandAugment's N ops per image and their shared level M (10 = the ops'
     nominal maximum).
   random_erase_prob: probability of random erasing (timm's --reprob; ``random_erase``), after the flip.
@@ -69,7 +69,7 @@ class AugmentConfig:
   crop_area_range: Tuple[float, float] = AREA_RANGE
   crop_aspect_ratio_range: Tuple[float, float] = ASPECT_RATIO_RANGE
   random_flip: bool = True
-  augment_name: Optional[str] = None        # None | 'autoaugment' | 'randaugment'
+  augment_name: Optional[str] = None        # None | one of augment_lib.AUGMENT_NAMES
   randaug_num_layers: int = 2
   randaug_magnitude: int = 10
   random_erase_prob: float = 0.0

@@ -131,8 +131,9 @@ PARAMS: Tuple[Param, ...] = (
     P('crop_aspect_ratio_range', [0.75, 1.33333], 'Training random crop: [min, max] width/height ratio.', list),
     P('random_flip', True, 'Random left-right flips in training (false for digits, text, or anything with a '
       'handedness).'),
-    P('augment_name', None, "Extra training augmentation: 'autoaugment' (ImageNet policy v0) or 'randaugment'; "
-      'unset = none.', str, choices=(None, 'autoaugment', 'randaugment')),
+    P('augment_name', None, "Extra training augmentation: 'autoaugment' (ImageNet policy v0), 'randaugment' or "
+      "'trivialaugment_wide' (torchvision's ta_wide: one op per image, no knobs); unset = none.", str,
+      choices=(None, 'autoaugment', 'randaugment', 'trivialaugment_wide')),
     P('randaug_num_layers', 2, 'RandAugment: ops applied per image (0 = none).'),
     P('randaug_magnitude', 10, 'RandAugment: op magnitude, 0..30.'),
     P('random_erase_prob', 0.0, "Random erasing (timm's --reprob, torchvision's --random-erase): with this probability "

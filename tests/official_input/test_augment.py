@@ -130,6 +130,7 @@ def test_sharpness_zero_smooths_interior_and_keeps_borders():
 POLICIES = {
     'autoaugment': lambda image, seed=None: augment.autoaugment(image, seed),
     'randaugment': lambda image, seed=None: augment.randaugment(image, 2, 10, seed),
+    'trivialaugment_wide': lambda image, seed=None: augment.trivialaugment_wide(image, seed),
 }
 
 
@@ -171,6 +172,58 @@ def test_policy_runs_in_tf_data_map_graph_mode_seeded_and_unseeded(name):
   assert [o.shape for o in unseeded] == [(24, 24, 3)] * 4
 
 
+def test_trivialaugment_wide_bins_are_torchvisions():
+  table = {name: (magnitudes, signed) for name, magnitudes, signed in augment.TRIVIALAUGMENT_WIDE}
+  assert list(table) == ['Identity', 'ShearX', 'ShearY', 'TranslateX', 'TranslateY', 'Rotate', 'Brightness',
+                         'Color', 'Contrast', 'Sharpness', 'Posterize', 'Solarize', 'AutoContrast', 'Equalize']
+  assert all(len(magnitudes) == 31 for magnitudes, _ in table.values())
+  expected_ends = {'ShearX': 0.99, 'TranslateY': 32.0, 'Rotate': 135.0, 'Sharpness': 0.99}
+  for name, end in expected_ends.items():
+    np.testing.assert_allclose(table[name][0], np.linspace(0.0, end, 31))
+    assert table[name][1]
+  np.testing.assert_allclose(table['Solarize'][0], np.linspace(256.0, 0.0, 31))
+  # torchvision: 8 - round(i / 5) bits, 8 for the first bins down to 2.
+  assert table['Posterize'][0] == tuple([8.0] * 3 + [7.0] * 5 + [6.0] * 5 + [5.0] * 5 + [4.0] * 5 + [3.0] * 5 +
+                                        [2.0] * 3)
+  assert not any(table[name][1] for name in ('Posterize', 'Solarize', 'Identity', 'AutoContrast', 'Equalize'))
+
+
+def _trivialaugment_expected(image: tf.Tensor, name: str, m: float) -> tf.Tensor:
+  """torchvision's _apply_op for one op and signed magnitude, written out on our primitives."""
+  factor = 1.0 + m
+  return {
+      'Identity': lambda: image, 'ShearX': lambda: augment.shear_x(image, m),
+      'ShearY': lambda: augment.shear_y(image, m), 'TranslateX': lambda: augment.translate_x(image, float(int(m))),
+      'TranslateY': lambda: augment.translate_y(image, float(int(m))), 'Rotate': lambda: augment.rotate(image, m),
+      'Brightness': lambda: augment.brightness(image, factor), 'Color': lambda: augment.color(image, factor),
+      'Contrast': lambda: augment.contrast(image, factor), 'Sharpness': lambda: augment.sharpness(image, factor),
+      'Posterize': lambda: augment.posterize(image, int(m)),
+      'Solarize': lambda: augment.solarize(image, int(np.ceil(m))),
+      'AutoContrast': lambda: augment.autocontrast(image), 'Equalize': lambda: augment.equalize(image),
+  }[name]()
+
+
+def test_trivialaugment_wide_draws_every_op_bin_and_sign_and_applies_the_drawn_one():
+  image = tf.constant(_image(24, 24))
+  names = [name for name, _, _ in augment.TRIVIALAUGMENT_WIDE]
+  ops, magnitudes, checked = [], [], set()
+  for i in range(600):
+    seed = tf.constant([i, 11])
+    op, m = (v.numpy() for v in augment.trivialaugment_draws(seed))
+    ops.append(int(op))
+    magnitudes.append((names[op], float(m)))
+    if names[op] not in checked:  # one image per op: the drawn op at the drawn magnitude, nothing else
+      checked.add(names[op])
+      np.testing.assert_array_equal(augment.trivialaugment_wide(image, seed).numpy(),
+                                    _trivialaugment_expected(image, names[op], float(m)).numpy())
+  counts = np.bincount(ops, minlength=14)
+  assert counts.min() >= 20, counts  # uniform over 14 ops: ~43 each
+  rotations = [m for name, m in magnitudes if name == 'Rotate']
+  assert min(rotations) < 0 < max(rotations) and max(abs(r) for r in rotations) <= 135.0
+  assert len({abs(m) for name, m in magnitudes if name == 'TranslateX'}) >= 15  # bins drawn, not one level
+  assert all(m >= 0 for name, m in magnitudes if name in ('Posterize', 'Solarize'))  # unsigned ops
+
+
 def test_randaugment_with_zero_layers_is_identity():
   image = tf.constant(_image(16, 16))
   np.testing.assert_array_equal(augment.randaugment(image, 0, 10).numpy(), image.numpy())
@@ -183,7 +236,9 @@ def test_apply_augment_dispatches_and_rejects_unknown_names():
   seed = tf.constant([1, 2])
   np.testing.assert_array_equal(augment.apply_augment(image, 'randaugment', 1, 5, seed).numpy(),
                                 augment.randaugment(image, 1, 5, seed).numpy())
-  with pytest.raises(ValueError, match='autoaugment, randaugment'):
+  np.testing.assert_array_equal(augment.apply_augment(image, 'trivialaugment_wide', seed=seed).numpy(),
+                                augment.trivialaugment_wide(image, seed).numpy())
+  with pytest.raises(ValueError, match='autoaugment, randaugment, trivialaugment_wide'):
     augment.apply_augment(image, 'autoaug')
 
 

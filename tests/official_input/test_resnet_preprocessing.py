@@ -163,7 +163,7 @@ def test_crop_aspect_ratio_range_is_honoured():
     assert 2.0 * 0.95 <= w / h <= 2.5 * 1.05 or (h, w) == (262, 262)  # or the centre-crop fallback
 
 
-@pytest.mark.parametrize('name', [None, 'autoaugment', 'randaugment'])
+@pytest.mark.parametrize('name', [None, 'autoaugment', 'randaugment', 'trivialaugment_wide'])
 def test_same_seed_gives_identical_output_and_different_seeds_differ(name):
   encoded = tf.constant(_encode(_image(48, 64), 'JPEG'))
   cfg = rp.AugmentConfig(augment_name=name)
