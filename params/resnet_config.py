@@ -191,6 +191,12 @@ PARAMS: Tuple[Param, ...] = (
       'from float16 loss scaling, as the optimizer applies them (after head-only and layer-decay scaling).',
       float, checks=('>= 0',), modes=TRAINING),
     P('label_smoothing', 0.0, 'Label smoothing.', checks=('>= 0', '< 1')),
+    P('loss', 'softmax_cross_entropy', "The training loss: 'softmax_cross_entropy', or 'binary_cross_entropy' "
+      "(timm's --bce-loss, 'ResNet strikes back': a sigmoid per class against the one-hot targets, averaged over "
+      'the classes); eval reports the same loss.', choices=('softmax_cross_entropy', 'binary_cross_entropy')),
+    P('bce_target_threshold', None, "binary_cross_entropy only (timm's --bce-target-thresh, e.g. 0.2): targets "
+      'above it become 1 and the rest 0, after label smoothing and mixup/CutMix; unset = soft targets.', float,
+      checks=('> 0', '< 1')),
     P('freeze_batch_norm', False, 'Fine-tuning: batch norm in inference mode while training (its moving statistics '
       'stay those of the checkpoint; gamma and beta still learn), for batches too small for good statistics.',
       modes=TRAINING),

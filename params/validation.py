@@ -144,11 +144,18 @@ def one_deployed_file_to_predict_with(p: Mapping[str, Any]) -> Optional[str]:
   return None
 
 
+def target_threshold_needs_bce(p: Mapping[str, Any]) -> Optional[str]:
+  if p['bce_target_threshold'] is not None and p['loss'] != 'binary_cross_entropy':
+    return (f'bce_target_threshold={p["bce_target_threshold"]} thresholds binary cross-entropy targets, but '
+            f'loss={p["loss"]}: set loss=binary_cross_entropy or unset bce_target_threshold')
+  return None
+
+
 RULES: Tuple[Callable[[Mapping[str, Any]], Optional[str]], ...] = (
     export_moving_average_needs_the_average, lars_is_the_momentum_optimizer, layer_decay_needs_momentum,
     head_only_steps_need_momentum,
     frozen_batch_norm_needs_batch_norm, one_class_weight_per_class, no_transposed_input,
-    one_deployed_file_to_predict_with)
+    one_deployed_file_to_predict_with, target_threshold_needs_bce)
 
 # Raises ValueError naming what is wrong. A validator with a ``keys`` attribute checks those keys fully, each on its
 # own too (model_config.validate): the table's per-key check leaves them to it, so no rule runs twice.

@@ -49,6 +49,8 @@ SUPPLIED: Tuple[RunValue, ...] = (
     RunValue('moving_average_decay', 'whether eval and export read the moving-average weights'),
     RunValue('export_moving_average', 'which weights its export serves'),
     RunValue('label_smoothing', "the targets of the eval loss"),
+    RunValue('loss', 'the eval loss (and how flip TTA averages the views)'),
+    RunValue('bce_target_threshold', "the targets of the eval loss"),
     RunValue('weight_decay', "the eval loss's weight-decay term"),
     RunValue('weight_decay_biases', "which variables the eval loss's weight-decay term covers"),
     RunValue('enable_lars', 'whether the eval loss has a weight-decay term (LARS applies it itself)'),

@@ -7,6 +7,9 @@ w_y with ``class_weights``, and mixup/CutMix mix two examples' weights, whose ex
 uniform guess scores ``ln K`` with ``class_weight_normalization=weight_sum`` (the sum of weights divides), and
 ``ln K * E[w_y]`` with ``batch_size``, E over the classes' training frequencies (summary.json's counts; uniform
 where the data has none, as synthetic labels are). ``balanced`` weights make E[w_y] = 1.
+
+Under ``loss=binary_cross_entropy`` the uniform guess is a sigmoid of 0.5 for every class (logits 0, where an
+untrained head starts): ``ln 2`` per class whatever the targets, so ``ln 2`` takes ``ln K``'s place.
 """
 import math
 from typing import Any, Mapping, Optional, Sequence, Tuple
@@ -42,15 +45,17 @@ def uniform_guess_loss(params: Mapping[str, Any],
                        frequencies: Optional[Sequence[float]] = None) -> Tuple[float, str]:
   """(the cross-entropy of a uniform guess under this run's weighting, how it was reckoned)."""
   classes = max(int(params['num_label_classes']), 2)
-  chance = math.log(classes)
+  chance, named = math.log(classes), f'ln {classes}'
+  if params.get('loss') == 'binary_cross_entropy':
+    chance, named = math.log(2.0), 'ln 2, binary cross-entropy at p=0.5'
   weights = params['class_weights']
   if not weights or isinstance(weights, str) or params['class_weight_normalization'] == 'weight_sum':
-    return chance, f'ln {classes}'
+    return chance, named
   if frequencies is None or len(frequencies) != len(weights):
     mean, over = sum(weights) / len(weights), 'the classes (no training counts to weigh them by)'
   else:
     mean, over = sum(f * w for f, w in zip(frequencies, weights)), 'the training images of each class'
-  return chance * mean, f'ln {classes} x the mean class weight {mean:.4g} over {over}'
+  return chance * mean, f'{named} x the mean class weight {mean:.4g} over {over}'
 
 
 def guard(params: Mapping[str, Any]) -> hooks_lib.DivergenceGuard:

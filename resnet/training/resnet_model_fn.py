@@ -99,7 +99,7 @@ def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
                                   for v in tf1_names.weight_decay_variables(model, params['weight_decay_biases'])])
 
 
-def _per_example_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+def _softmax_cross_entropy(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
   """Cross-entropy ``-sum(targets * log_softmax(logits))`` against (soft) targets [B, K]: label-smoothed one-hots,
   scaled by class weights and mixed by mixup/CutMix in training. Targets summing to w give w times the loss, and
   w times its gradient (``w * softmax - targets``).
@@ -109,6 +109,26 @@ def _per_example_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
   class-weighted targets trained on a wrong gradient unless deterministic ops (a random_seed) swapped the kernel.
   """
   return -tf.reduce_sum(targets * tf.nn.log_softmax(tf.cast(logits, tf.float32)), axis=-1)
+
+
+def _binary_cross_entropy(logits: tf.Tensor, targets: tf.Tensor, threshold: Optional[float]) -> tf.Tensor:
+  """timm's BinaryCrossEntropy: a sigmoid per class against the targets, averaged over the classes. A target row
+  sums to its example's weight w (1 without class weights; mixing keeps sums linear), so the loss is w times the
+  BCE of the row / w: class weights weigh examples, as in the softmax loss. ``threshold`` (timm's
+  target_threshold) binarises the smoothed, mixed targets."""
+  weight = tf.reduce_sum(targets, axis=-1)
+  targets = targets / tf.maximum(weight, 1e-12)[:, None]
+  if threshold:
+    targets = tf.cast(targets > threshold, tf.float32)
+  per_class = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=tf.cast(logits, tf.float32))
+  return weight * tf.reduce_mean(per_class, axis=-1)
+
+
+def per_example_loss(logits: tf.Tensor, targets: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
+  """The ``loss`` param's loss of each example against its targets (see _targets)."""
+  if params['loss'] == 'binary_cross_entropy':
+    return _binary_cross_entropy(logits, targets, params['bce_target_threshold'])
+  return _softmax_cross_entropy(logits, targets)
 
 
 def _targets(labels: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
@@ -161,7 +181,7 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
   weights = tf.cast(labels >= 0, tf.float32)  # padding of the last batch has label -1
   safe_labels = tf.maximum(labels, 0)
   num_classes = params['num_label_classes']
-  per_example = _per_example_loss(logits, _targets(labels, params))
+  per_example = per_example_loss(logits, _targets(labels, params), params)
   predicted = tf.argmax(logits, -1, output_type=tf.int32)
   top_1 = tf.cast(tf.equal(predicted, safe_labels), tf.float32)
   top_5 = tf.cast(tf.math.in_top_k(safe_labels, logits, min(5, num_classes)), tf.float32)
@@ -180,16 +200,20 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
 
 
 def inference_logits(model: keras.Model, images: tf.Tensor, params: RunParams) -> tf.Tensor:
-  """Eval's and predict's logits. With tta=flip (timm's --tta, flip only): the log of the mean of the class
-  probabilities of each image and its mirror image, so that softmax, argmax and the cross-entropy all read the
-  averaged probabilities. A SavedModel serves the single view (its TFLite and ONNX files are checked against it)."""
+  """Eval's and predict's logits. With tta=flip (timm's --tta, flip only): the probabilities the loss models, each
+  image's and its mirror image's averaged, as logits the loss reads back: softmax's class probabilities (log of the
+  mean), or binary_cross_entropy's per-class sigmoids (logit of the mean). Argmax, the loss and predict then read
+  the average. A SavedModel serves the single view (its TFLite and ONNX files are checked against it)."""
   logits = model(images, training=False)
   if params['tta'] == 'none' or params.context.exporting:
     return logits
   mirrored = model(tf.reverse(images, axis=[2]), training=False)  # images are [B, H, W, C]: W is axis 2
-  # log((p1 + p2) / 2) from the log-probabilities: finite where a class's probability underflows in both views.
-  views = tf.stack([tf.nn.log_softmax(tf.cast(logits, tf.float32)), tf.nn.log_softmax(tf.cast(mirrored, tf.float32))])
-  return tf.reduce_logsumexp(views, axis=0) - math.log(2.0)
+  views = tf.stack([tf.cast(logits, tf.float32), tf.cast(mirrored, tf.float32)])
+  # Means of probabilities from log-probabilities: finite where a probability underflows in both views.
+  log_mean = lambda log_probabilities: tf.reduce_logsumexp(log_probabilities, axis=0) - math.log(2.0)
+  if params['loss'] == 'binary_cross_entropy':  # log(p) - log(1 - p), p the mean sigmoid; log sigmoid(z) = -softplus(-z)
+    return log_mean(-tf.nn.softplus(-views)) - log_mean(-tf.nn.softplus(views))
+  return log_mean(tf.nn.log_softmax(views))
 
 
 def per_class_metrics(params: Mapping[str, Any]) -> bool:
@@ -238,12 +262,13 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   forward = fine_tuning.training_forward(model, step, params)
   accumulate = params['gradient_accumulation_steps']
   if accumulate > 1:
-    loss, cross_entropy, spread, gradients = _accumulated_gradients(forward, variables, images, targets, accumulate,
-                                                                    scaled_loss)
+    loss, cross_entropy, spread, gradients = _accumulated_gradients(
+        forward, variables, images, targets, accumulate, lambda logits, y: per_example_loss(logits, y, params),
+        scaled_loss)
   else:
     with tf.GradientTape() as tape:
       logits = forward(images)
-      ce_sum = tf.reduce_sum(_per_example_loss(logits, targets))
+      ce_sum = tf.reduce_sum(per_example_loss(logits, targets, params))
       loss, scaled = scaled_loss(ce_sum, with_decay=True)
     gradients = tape.gradient(scaled, variables)
     cross_entropy = ce_sum / denominator
@@ -288,8 +313,8 @@ def _loss_denominator(targets: tf.Tensor, params: Mapping[str, Any], replicas: i
 
 
 def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables: List[tf.Variable],
-                           images: tf.Tensor, targets: tf.Tensor,
-                           steps: int, scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
+                           images: tf.Tensor, targets: tf.Tensor, steps: int,
+                           loss_of: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
                            ) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor], List[tf.Tensor]]:
   """(loss, its cross-entropy term, the output spread, gradients) of the replica's batch in ``steps`` micro-batches,
   one after another (a while loop: one micro-batch's activations in memory at a time), their gradients summed, and
@@ -307,7 +332,7 @@ def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables:
     y = tf.slice(targets, [start, 0], [micro, -1])
     with tf.GradientTape() as tape:
       logits = forward(x)
-      loss, scaled = scaled_loss(tf.reduce_sum(_per_example_loss(logits, y)), with_decay=False)
+      loss, scaled = scaled_loss(tf.reduce_sum(loss_of(logits, y)), with_decay=False)
     gradients = tape.gradient(scaled, variables)
     spread = _output_spread(logits)
     spread_sum += tf.stop_gradient(spread) if spread is not None else 0.0

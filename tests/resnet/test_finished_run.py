@@ -24,7 +24,7 @@ RECORDED = dict(
     projection_shortcut='shape_change', bn_epsilon=1.001e-5, precision='float32', image_size=96, eval_image_size=128,
     data_dir='/data/of/the/run', labels_file='/data/of/the/run/names.txt', num_eval_images=77, train_steps=4321,
     moving_average_decay=0.999, export_moving_average=True, label_smoothing=0.1, weight_decay=5e-5,
-    weight_decay_biases=False,
+    weight_decay_biases=False, loss='binary_cross_entropy', bce_target_threshold=0.3,
     enable_lars=True, best_metric='macro_f1', best_metric_goal='max')
 
 

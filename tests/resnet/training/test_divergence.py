@@ -34,6 +34,21 @@ def test_a_uniform_guess_scores_ln_k_times_the_frequency_weighted_class_weight()
   assert divergence.uniform_guess_loss(base, None)[0] == pytest.approx(math.log(2) * 50.5)
 
 
+def test_under_binary_cross_entropy_a_uniform_guess_scores_ln_2_what_an_untrained_head_starts_at():
+  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  bce = dict(num_label_classes=100, class_weights=None, class_weight_normalization='batch_size',
+             loss='binary_cross_entropy', bce_target_threshold=None)
+  chance, how = divergence.uniform_guess_loss(bce, None)
+  assert chance == pytest.approx(math.log(2)) and 'binary cross-entropy' in how  # not ln 100 = 4.6
+  # logits 0 (sigmoid 0.5) score it whatever the targets: smoothed, thresholded, one-hot.
+  targets = tf.constant([[0.9, 0.05, 0.05], [0.0, 1.0, 0.0]])
+  for threshold in (None, 0.2):
+    loss = resnet_model_fn.per_example_loss(tf.zeros([2, 3]), targets, dict(bce, bce_target_threshold=threshold))
+    assert loss.numpy() == pytest.approx([math.log(2)] * 2)
+  weighted = dict(bce, num_label_classes=2, class_weights=[1.0, 100.0])
+  assert divergence.uniform_guess_loss(weighted, [0.99, 0.01])[0] == pytest.approx(math.log(2) * 1.99)
+
+
 @pytest.mark.slow
 def test_a_diverging_cli_run_exits_with_the_message_keeps_checkpoints_and_exports_nothing(tmp_path):
   from tools import imagenet_to_gcs, make_demo_dataset  # pylint: disable=import-outside-toplevel

@@ -39,6 +39,10 @@ CASES = {  # name: params overrides
     # bfloat16's CPU kernels forced in float32: the strided 1x1 projections' matmul gradient and the XLA add + ReLU
     # inside the distributed step (tests/resnet/model/test_cpu_kernels.py checks them against TensorFlow's own).
     'cpu_kernels': dict(conv1x1_filter_grad='matmul', residual_add_relu='xla', label_smoothing=0.1),
+    'bce_smoothed': dict(loss='binary_cross_entropy', label_smoothing=0.2),
+    # Mixed, smoothed, weighted targets, then thresholded: the threshold reads the row / its weight.
+    'bce_threshold_weighted_mixed': dict(loss='binary_cross_entropy', bce_target_threshold=0.2, label_smoothing=0.1,
+                                         class_weights=WEIGHTS, mixup_alpha=1.0),
 }
 
 
@@ -47,10 +51,33 @@ def test_the_loss_gradient_is_right_for_targets_that_do_not_sum_to_one():
   logits = tf.Variable([[1.0, 2.0, 0.5]])
   targets = tf.constant([[0.0, 3.0, 0.0]])
   with tf.GradientTape() as tape:
-    loss = resnet_model_fn._per_example_loss(logits, targets)  # pylint: disable=protected-access
+    loss = resnet_model_fn.per_example_loss(logits, targets, {'loss': 'softmax_cross_entropy'})
   softmax = tf.nn.softmax(logits).numpy()
   np.testing.assert_allclose(tape.gradient(loss, logits).numpy(), 3.0 * softmax - targets.numpy(), atol=1e-6)
   np.testing.assert_allclose(loss.numpy(), -3.0 * np.log(softmax[:, 1]), rtol=1e-6)
+
+
+def test_binary_cross_entropy_is_timms_per_class_mean_weighted_by_the_row_sum():
+  z = np.array([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]])
+  # Row 0: smoothed one-hot of class 1 (sums to 1); row 1: class 2's, weight 3 (sums to 3).
+  targets = np.array([[0.05, 0.9, 0.05], [0.15, 0.15, 2.7]])
+  bce = lambda z, q: np.mean(np.maximum(z, 0) - z * q + np.log1p(np.exp(-np.abs(z))), axis=1)
+  soft = resnet_model_fn.per_example_loss(tf.constant(z, tf.float32), tf.constant(targets, tf.float32),
+                                          {'loss': 'binary_cross_entropy', 'bce_target_threshold': None})
+  np.testing.assert_allclose(soft.numpy(), [1.0, 3.0] * bce(z, targets / [[1.0], [3.0]]), rtol=1e-5)
+  hard = resnet_model_fn.per_example_loss(tf.constant(z, tf.float32), tf.constant(targets, tf.float32),
+                                          {'loss': 'binary_cross_entropy', 'bce_target_threshold': 0.2})
+  np.testing.assert_allclose(hard.numpy(), [1.0, 3.0] * bce(z, np.array([[0, 1, 0], [0, 0, 1]])), rtol=1e-5)
+
+
+def test_a_target_threshold_without_binary_cross_entropy_is_refused(tmp_path):
+  with pytest.raises(ValueError, match='bce_target_threshold=0.2 .* loss=softmax_cross_entropy: set '
+                                       'loss=binary_cross_entropy'):
+    tiny.resnet_params(tmp_path, bce_target_threshold=0.2)
+  with pytest.raises(ValueError, match='bce_target_threshold'):
+    tiny.resnet_params(tmp_path, loss='binary_cross_entropy', bce_target_threshold=1.0)
+  with pytest.raises(ValueError, match="one of \\['softmax_cross_entropy', 'binary_cross_entropy'\\]"):
+    tiny.resnet_params(tmp_path, loss='bce')
 
 
 def _input(params):
@@ -92,9 +119,16 @@ def _expected_gradients(model, params, strategy, replicas: int):
     with tf.GradientTape() as tape:
       logits = tf.cast(model(images, training=True), tf.float32)
     z = logits.numpy().astype(np.float64)
-    softmax = np.exp(z - z.max(axis=1, keepdims=True))
-    softmax /= softmax.sum(axis=1, keepdims=True)
-    d_logits = (targets.sum(axis=1, keepdims=True) * softmax - targets) / denominator
+    weight = targets.sum(axis=1, keepdims=True)
+    if params['loss'] == 'binary_cross_entropy':  # w * mean_k BCE(z_k, q_k), q = t / w (thresholded)
+      q = targets / weight
+      if params['bce_target_threshold']:
+        q = (q > params['bce_target_threshold']).astype(np.float64)
+      d_logits = weight * (1.0 / (1.0 + np.exp(-z)) - q) / CLASSES / denominator
+    else:
+      softmax = np.exp(z - z.max(axis=1, keepdims=True))
+      softmax /= softmax.sum(axis=1, keepdims=True)
+      d_logits = (weight * softmax - targets) / denominator
     # Scaled up through float16 activations and back down, as loss scaling does: no gradient underflows.
     scale = 1024.0 if params['precision'] == 'float16' else 1.0
     grads = tape.gradient(logits, model.trainable_variables,
@@ -138,7 +172,8 @@ def test_one_device_step_gradient_equals_the_hand_formulation(tmp_path, case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('case', ['weighted_mixed', 'weighted_weight_sum', 'smoothed', 'cpu_kernels'])
+@pytest.mark.parametrize('case', ['weighted_mixed', 'weighted_weight_sum', 'smoothed', 'cpu_kernels',
+                                  'bce_threshold_weighted_mixed'])
 def test_two_replica_step_gradient_equals_the_hand_formulation(tmp_path, case):
   real, expected, _ = _real_and_expected(tmp_path, case, replicas=2)
   _assert_close(real, expected, 2e-3)

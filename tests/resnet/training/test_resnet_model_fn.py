@@ -101,14 +101,35 @@ def test_flip_tta_averages_each_image_with_its_mirror_in_eval_and_predict_and_ex
 def test_flip_tta_stays_finite_where_a_class_underflows_in_both_views():
   """log(mean probability) would be -inf for a logit gap of ~100: the eval loss NaN, top-k wrong."""
   from resnet.estimator.spec import RunContext, RunParams  # pylint: disable=import-outside-toplevel
-  params = RunParams({'tta': 'flip'}, 1, RunContext('eval'))
+  params = RunParams({'tta': 'flip', 'loss': 'softmax_cross_entropy'}, 1, RunContext('eval'))
   extreme = lambda images, training: tf.constant([[0.0, 300.0, -300.0]]) + tf.reduce_mean(images) * 0
   logits = resnet_model_fn.inference_logits(extreme, tf.zeros([1, 4, 4, 3]), params)
   assert np.all(np.isfinite(logits.numpy()))
   np.testing.assert_allclose(tf.nn.softmax(logits).numpy(), [[0.0, 1.0, 0.0]], atol=1e-7)
-  loss = resnet_model_fn._per_example_loss(logits, tf.constant([[0.05, 0.9, 0.05]]))  # pylint: disable=protected-access
+  loss = resnet_model_fn.per_example_loss(logits, tf.constant([[0.05, 0.9, 0.05]]), params)
   assert np.isfinite(float(loss[0]))
   assert bool(tf.math.in_top_k(tf.constant([1]), logits, 2)[0])
+
+
+def test_flip_tta_under_binary_cross_entropy_averages_the_sigmoids():
+  """BCE models each class's sigmoid: TTA averages those, and the eval loss reads the average (finite at the
+  extremes); averaging softmax probabilities would give another loss and another argmax."""
+  from resnet.estimator.spec import RunContext, RunParams  # pylint: disable=import-outside-toplevel
+  params = RunParams({'tta': 'flip', 'loss': 'binary_cross_entropy', 'bce_target_threshold': None}, 1,
+                     RunContext('eval'))
+  # The "model" reads the first row's first 3 pixels: the mirrored view reads the last 3, reversed.
+  row = np.array([[4.0, -1.0, 0.5, 200.0, -3.0, -300.0]], np.float32)
+  images = tf.constant(np.tile(row[:, None, :, None], [1, 2, 1, 3]))
+  fake = lambda x, training: x[:, 0, :3, 0]
+  logits = resnet_model_fn.inference_logits(fake, images, params)
+  sigmoid = lambda z: 1.0 / (1.0 + np.exp(-np.asarray(z, np.float64)))
+  mean = (sigmoid([4.0, -1.0, 0.5]) + sigmoid([-300.0, -3.0, 200.0])) / 2
+  np.testing.assert_allclose(sigmoid(logits.numpy()[0]), mean, rtol=1e-6)
+  assert np.all(np.isfinite(logits.numpy()))
+  targets = np.array([[0.0, 0.0, 1.0]])
+  loss = resnet_model_fn.per_example_loss(logits, tf.constant(targets, tf.float32), params)
+  expected = -np.mean(targets * np.log(mean) + (1 - targets) * np.log(1 - mean))
+  assert float(loss[0]) == pytest.approx(expected, rel=1e-5)
 
 
 def test_the_model_fn_is_traced_without_autograph():
