@@ -194,6 +194,15 @@ PARAMS: Tuple[Param, ...] = (
     P('loss', 'softmax_cross_entropy', "The training loss: 'softmax_cross_entropy', or 'binary_cross_entropy' "
       "(timm's --bce-loss, 'ResNet strikes back': a sigmoid per class against the one-hot targets, averaged over "
       'the classes); eval reports the same loss.', choices=('softmax_cross_entropy', 'binary_cross_entropy')),
+    P('teacher_checkpoint', None, 'Knowledge distillation: a teacher ResNet, anything resnet_checkpoint reads (a '
+      'finished run, a reference TF1 checkpoint, Keras/torchvision/timm weights), any depth, the same classes; it '
+      'never trains. Unset = no distillation.', str, modes=TRAINING),
+    P('teacher_resnet_depth', None, "The teacher's depth where its source does not say it (a reference TF1 "
+      'checkpoint); unset = from its params.yaml or weights file.', int, choices=(None, *DEPTHS), modes=TRAINING),
+    P('distill_weight', 0.5, "Distillation: the soft (teacher) term's share of the loss, (1 - w) x task + w x "
+      'T^2 x KL(teacher || student).', float, checks=('>= 0', '<= 1'), modes=TRAINING),
+    P('distill_temperature', 1.0, 'Distillation: the softmax temperature T of both teacher and student in the '
+      'soft term.', float, checks=('> 0',), modes=TRAINING),
     P('bce_target_threshold', None, "binary_cross_entropy only (timm's --bce-target-thresh, e.g. 0.2): targets "
       'above it become 1 and the rest 0, after label smoothing and mixup/CutMix; unset = soft targets.', float,
       checks=('> 0', '< 1')),

@@ -75,7 +75,7 @@ class Estimator:
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
       self.scope = ObjectScope()
     self.checkpoints = checkpoints_lib.Checkpoints(self.model_dir, self.is_chief, config.keep_checkpoint_max,
-                                                   self.global_step, lambda: self.scope.objects, restore_check)
+                                                   self.global_step, lambda: self.scope.saved_objects, restore_check)
     self.workers = distribution.num_workers(self.strategy)
     self.stop = StopControl(self.strategy, self.workers)
     self.replica_fns = loops.ReplicaFunctions(model_fn, self.mode_params, config.jit_compile, self.strategy)

@@ -64,11 +64,15 @@ class ObjectScope(tf.Module):
   def __init__(self):
     super().__init__(name='scope')
     self._objects: Dict[str, Any] = {}
+    self._unsaved: Set[str] = set()
     self._creating = False
     self._requested: Set[str] = set()
 
-  def get_or_create(self, name: str, factory: Callable[[], Any]) -> Any:
+  def get_or_create(self, name: str, factory: Callable[[], Any], saved: bool = True) -> Any:
+    """``saved=False``: an object checkpoints leave out (e.g. a frozen teacher model read from its own file)."""
     self._requested.add(name)
+    if not saved:
+      self._unsaved.add(name)
     if name not in self._objects:
       if not self._creating:
         raise RuntimeError(
@@ -83,6 +87,11 @@ class ObjectScope(tf.Module):
   @property
   def objects(self) -> Dict[str, Any]:
     return dict(self._objects)
+
+  @property
+  def saved_objects(self) -> Dict[str, Any]:
+    """The objects checkpoints hold."""
+    return {name: value for name, value in self._objects.items() if name not in self._unsaved}
 
   @contextlib.contextmanager
   def creating(self) -> Iterator[Set[str]]:

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from official_input import resnet_preprocessing
 from params.model_config import ModelConfig
+from resnet.training import distillation
 from resnet.training import ema as ema_lib
 from resnet.training import fine_tuning
 from resnet.training import lr_schedules
@@ -166,6 +167,9 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
     scope.get_or_create(ema_lib.CHECKPOINT_NAME, lambda: ema_lib.ModelEMA(model, params['moving_average_decay']))
   if mode == ModeKeys.TRAIN:
     scope.get_or_create(OPTIMIZER, lambda: build_optimizer(params, model))
+    if distillation.enabled(params):  # read from its source at every start: never saved with the student
+      scope.get_or_create(distillation.TEACHER,
+                          lambda: distillation.build_teacher(params, dtype_policy(params['precision'])), saved=False)
   if features is None:  # the estimator's build call: the objects exist now
     return None
   images = _images(features)
@@ -249,11 +253,12 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   if mix.enabled:
     images, targets = mixing.mix(images, targets, mix, mixing.mix_seed(step, params['random_seed']))
   denominator = _loss_denominator(targets, params, replicas)
+  loss_of, targets = _data_loss(scope, images, targets, params)
 
-  def scaled_loss(ce_sum: tf.Tensor, with_decay: bool) -> Tuple[tf.Tensor, tf.Tensor]:
+  def scaled_loss(data_sum: tf.Tensor, with_decay: bool) -> Tuple[tf.Tensor, tf.Tensor]:
     """(loss, loss as the optimizer differentiates it): this replica's share of the batch mean, plus its share
     of the weight decay, so that the sum over replicas is exactly one term of each."""
-    loss = ce_sum / denominator
+    loss = data_sum / denominator
     if with_decay:
       loss += _weight_decay(model, params) / replicas
     return loss, optimizer.scale_loss(loss) if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else loss
@@ -262,17 +267,16 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   forward = fine_tuning.training_forward(model, step, params)
   accumulate = params['gradient_accumulation_steps']
   if accumulate > 1:
-    loss, cross_entropy, spread, gradients = _accumulated_gradients(
-        forward, variables, images, targets, accumulate, lambda logits, y: per_example_loss(logits, y, params),
-        scaled_loss)
+    loss, task_sum, spread, gradients = _accumulated_gradients(forward, variables, images, targets, accumulate,
+                                                               loss_of, scaled_loss)
   else:
     with tf.GradientTape() as tape:
       logits = forward(images)
-      ce_sum = tf.reduce_sum(per_example_loss(logits, targets, params))
-      loss, scaled = scaled_loss(ce_sum, with_decay=True)
+      data_sum, task_sum = loss_of(logits, targets)
+      loss, scaled = scaled_loss(data_sum, with_decay=True)
     gradients = tape.gradient(scaled, variables)
-    cross_entropy = ce_sum / denominator
     spread = _output_spread(logits)
+  cross_entropy = task_sum / denominator
   # Summed here, before a loss-scale optimizer looks at them: every replica then judges the same gradients
   # finite or not, and applies or skips the step together.
   gradients = optimizers.sum_over_replicas(gradients)
@@ -290,6 +294,32 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
     means[OUTPUT_SPREAD] = spread
   return EstimatorSpec(ModeKeys.TRAIN, loss=loss, scalars={'learning_rate': lr, 'current_epoch': epoch},
                        mean_scalars=means)
+
+
+LossOf = Callable[[tf.Tensor, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
+
+
+def _data_loss(scope: ObjectScope, images: tf.Tensor, targets: tf.Tensor,
+               params: Mapping[str, Any]) -> Tuple[LossOf, tf.Tensor]:
+  """(loss_of, its targets): ``loss_of(logits, targets)`` gives the batch's summed (data loss, task loss), the
+  task loss being against the labels alone (the CROSS_ENTROPY scalar, which the divergence guard reads). With a
+  distillation teacher, its logits of these (mixed) images ride along as the targets' last K columns, so that
+  gradient accumulation slices them with the targets."""
+  teacher = scope.get(distillation.TEACHER)
+  if teacher is None:
+    def plain(logits: tf.Tensor, y: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+      task = tf.reduce_sum(per_example_loss(logits, y, params))
+      return task, task
+    return plain, targets
+  classes = params['num_label_classes']
+
+  def distilled(logits: tf.Tensor, y: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    labels_part, teacher_part = y[:, :classes], y[:, classes:]
+    task = per_example_loss(logits, labels_part, params)
+    soft = distillation.soft_loss(logits, teacher_part, params['distill_temperature'])
+    weights = tf.reduce_sum(labels_part, axis=-1)   # each example's class weight (1 without)
+    return tf.reduce_sum(distillation.combine(task, soft, weights, params)), tf.reduce_sum(task)
+  return distilled, tf.concat([targets, distillation.teacher_logits(teacher, images)], axis=-1)
 
 
 def _output_spread(logits: tf.Tensor) -> Optional[tf.Tensor]:
@@ -313,10 +343,10 @@ def _loss_denominator(targets: tf.Tensor, params: Mapping[str, Any], replicas: i
 
 
 def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables: List[tf.Variable],
-                           images: tf.Tensor, targets: tf.Tensor, steps: int,
-                           loss_of: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
+                           images: tf.Tensor, targets: tf.Tensor, steps: int, loss_of: LossOf,
+                           scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
                            ) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor], List[tf.Tensor]]:
-  """(loss, its cross-entropy term, the output spread, gradients) of the replica's batch in ``steps`` micro-batches,
+  """(loss, the summed task loss, the output spread, gradients) of the replica's batch in ``steps`` micro-batches,
   one after another (a while loop: one micro-batch's activations in memory at a time), their gradients summed, and
   the weight decay's added once: the same gradients as one batch wherever batch norm cannot tell (it normalises each
   micro-batch). The spread is the micro-batches' mean (None for micro-batches of one)."""
@@ -326,25 +356,27 @@ def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables:
                      'train_batch_size must be a multiple of replicas x gradient_accumulation_steps.')
   micro = batch // steps
 
-  def body(i, loss_sum, spread_sum, gradient_sums):
+  def body(i, loss_sum, task_total, spread_sum, gradient_sums):
     start = i * micro
     x = tf.slice(images, [start, 0, 0, 0], [micro, -1, -1, -1])
     y = tf.slice(targets, [start, 0], [micro, -1])
     with tf.GradientTape() as tape:
       logits = forward(x)
-      loss, scaled = scaled_loss(tf.reduce_sum(loss_of(logits, y)), with_decay=False)
+      data_sum, task_sum = loss_of(logits, y)
+      loss, scaled = scaled_loss(data_sum, with_decay=False)
     gradients = tape.gradient(scaled, variables)
     spread = _output_spread(logits)
     spread_sum += tf.stop_gradient(spread) if spread is not None else 0.0
-    return i + 1, loss_sum + loss, spread_sum, [_plus(s, g) for s, g in zip(gradient_sums, gradients)]
+    return (i + 1, loss_sum + loss, task_total + tf.stop_gradient(task_sum), spread_sum,
+            [_plus(s, g) for s, g in zip(gradient_sums, gradients)])
 
   zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
-  _, loss, spread_sum, gradients = tf.while_loop(
-      lambda i, *_: i < steps, body, (tf.constant(0), tf.constant(0.0), tf.constant(0.0), zeros))
+  _, loss, task_sum, spread_sum, gradients = tf.while_loop(
+      lambda i, *_: i < steps, body, (tf.constant(0), tf.constant(0.0), tf.constant(0.0), tf.constant(0.0), zeros))
   with tf.GradientTape() as tape:
     decay, scaled = scaled_loss(tf.constant(0.0), with_decay=True)
   spread = spread_sum / steps if micro >= 2 else None
-  return loss + decay, loss, spread, [_plus(g, d) for g, d in zip(gradients, tape.gradient(scaled, variables))]
+  return loss + decay, task_sum, spread, [_plus(g, d) for g, d in zip(gradients, tape.gradient(scaled, variables))]
 
 
 def _plus(total: tf.Tensor, gradient: Optional[tf.Tensor]) -> tf.Tensor:

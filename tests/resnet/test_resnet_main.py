@@ -247,22 +247,25 @@ def test_dropblock_keep_prob_follows_its_schedule_during_training(tmp_path):
   assert kp == pytest.approx(1.0 - 2 / 4 * (1.0 - 0.6))
 
 
-def test_recipe_options_through_the_cli(records, tmp_path):
-  """Accumulation, mixup + CutMix, TrivialAugment-Wide, thresholded BCE, a larger eval size and the TFLite export
-  in one train_and_eval run."""
-  model_dir = str(tmp_path / 'model')
+def test_recipe_options_through_the_cli(records, trained, tmp_path):
+  """Accumulation, mixup + CutMix, TrivialAugment-Wide, thresholded BCE, distillation from a finished run, a larger
+  eval size and the TFLite export in one train_and_eval run."""
+  model_dir, teacher = str(tmp_path / 'model'), trained[0]
   proc = run_main('--mode=train_and_eval', f'--data_dir={records}', f'--model_dir={model_dir}', '--train_steps=4',
                   '--steps_per_eval=4', '--num_eval_images=4', '--gradient_accumulation_steps=2',
                   '--mixup_alpha=0.2', '--cutmix_alpha=1.0', '--eval_image_size=48', '--export_tflite=true',
                   '--augment_name=trivialaugment_wide', '--loss=binary_cross_entropy', '--bce_target_threshold=0.2',
-                  f'--export_dir={model_dir}/export', '--random_seed=1', *TINY, module=False)
+                  f'--teacher_checkpoint={teacher}', '--distill_temperature=2', f'--export_dir={model_dir}/export', '--random_seed=1', *TINY, module=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   recorded = params_files.read_params(os.path.join(model_dir, 'params.yaml'))
   assert (recorded.gradient_accumulation_steps, recorded.mixup_alpha, recorded.cutmix_alpha,
           recorded.eval_image_size, recorded.image_size) == (2, 0.2, 1.0, 48, 32)
   assert (recorded.augment_name, recorded.loss, recorded.bce_target_threshold) == (
       'trivialaugment_wide', 'binary_cross_entropy', 0.2)
-  assert 'a uniform guess scores cross_entropy 0.6931 (ln 2' in proc.stderr + proc.stdout
+  log = proc.stderr + proc.stdout
+  assert 'a uniform guess scores cross_entropy 0.6931 (ln 2' in log
+  assert 'Distillation teacher: ResNet-10, 4 classes' in log and f'from the run of {teacher}' in log
+  assert recorded.teacher_checkpoint == teacher and recorded.distill_temperature == 2.0
   results = json.load(open(os.path.join(model_dir, 'eval_results.json')))
   assert results['global_step'] == 4 and results['num_examples'] == 4  # 4 updates of 2 micro-batches each
   (version,) = tf.io.gfile.listdir(os.path.join(model_dir, 'export'))

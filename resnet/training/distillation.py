@@ -1,0 +1,112 @@
+"""Knowledge distillation (Hinton et al. 2015; timm's --kd-model-name, big_vision's distill): the student learns
+from a teacher's softened class probabilities as well as from the labels.
+
+Each example's loss is ``(1 - a) * task + a * w * T^2 * KL(softmax(t / T) || softmax(s / T))``: a =
+``distill_weight``, T = ``distill_temperature``, t and s the teacher's and student's logits, w the example's class
+weight (1 without class weights, so weighting covers the whole loss), task the ``loss`` param's loss. T^2 keeps the
+soft term's gradient, ``a * w * T * (softmax(s / T) - softmax(t / T))``, at the labels' scale as T changes.
+
+The teacher is any ResNet that ``--resnet_checkpoint`` reads (a finished run of this program, a reference TF1
+checkpoint, Keras / torchvision / timm weights), at any depth, with the student's classes. It sees the student's
+training images (after mixup/CutMix) in inference mode and never trains: its variables are no trainable variables
+of the step, the optimizer never sees them, and checkpoints do not hold them (the teacher is read from
+``teacher_checkpoint`` at every start, a resume too).
+"""
+import os
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+from params import architectures
+from params import resnet_config
+from params.model_config import ModelConfig
+from resnet import model_dir as model_dir_lib
+from resnet.model import resnet_model
+from resnet.weights import foreign_weights
+from resnet.weights import warm_start
+
+TEACHER = 'teacher'
+
+
+def enabled(params: Mapping[str, Any]) -> bool:
+  return bool(params['teacher_checkpoint'])
+
+
+def teacher_config(params: Mapping[str, Any]) -> Tuple[ModelConfig, str, bool]:
+  """(the teacher's model, where its options came from, whether to read its moving averages): a finished run's
+  params.yaml, a foreign file's header, or (a reference TF1 checkpoint) ``teacher_resnet_depth`` with the
+  reference's v1.5. The layout follows the student's; the classes must be the student's."""
+  path, depth = params['teacher_checkpoint'], params['teacher_resnet_depth']
+  values: Dict[str, Any] = {}
+  moving_average = False
+  header = foreign_weights.inspect(path)
+  if header is not None:
+    source = f'{path} ({header.title()})'
+    values = {**header.variant, 'resnet_depth': header.depth, 'num_label_classes': header.num_classes}
+  else:
+    directory = path if foreign_weights.is_directory(path) else os.path.dirname(path)
+    recorded = model_dir_lib.recorded_params(directory) or {}
+    if recorded:
+      source = f'the run of {path} ({os.path.join(directory, model_dir_lib.PARAMS_FILE)})'
+      values = {key: recorded[key] for key in resnet_config.MODEL_PARAMS if recorded.get(key) is not None}
+      moving_average = bool(recorded.get('moving_average_decay'))   # what that run's eval read
+    else:
+      source = f'{path} (no params.yaml beside it: the reference v1.5 ResNet)'
+  if depth is not None and values.get('resnet_depth') not in (None, depth):
+    raise ValueError(f'teacher_resnet_depth={depth}, but {source} holds a ResNet-{values["resnet_depth"]}: leave '
+                     'teacher_resnet_depth unset (it is read from there) or name another teacher.')
+  values['resnet_depth'] = values.get('resnet_depth') or depth
+  if values['resnet_depth'] is None:
+    raise ValueError(f'The teacher {source} does not say its depth: set teacher_resnet_depth (e.g. 50).')
+  if header is not None and header.num_classes is None:
+    raise ValueError(f'The teacher {source} has no classifier head: a teacher must predict the student\'s classes.')
+  classes = values.setdefault('num_label_classes', params['num_label_classes'])
+  if classes != params['num_label_classes']:
+    raise ValueError(f'The teacher {source} predicts {classes} classes, the student num_label_classes='
+                     f'{params["num_label_classes"]}: distillation needs the same classes in the same order. '
+                     'Fine-tune the teacher on this data first (--resnet_checkpoint=TEACHER, then '
+                     '--teacher_checkpoint=that run).')
+  values['data_format'] = params['data_format']
+  config = ModelConfig(**{key: value for key, value in values.items()
+                          if key in ModelConfig.__dataclass_fields__ and value is not None})
+  return config, source, moving_average
+
+
+def build_teacher(params: Mapping[str, Any], dtype_policy: str) -> keras.Model:
+  """The teacher with its weights, all of them (the head included: another head would teach noise), frozen."""
+  config, source, moving_average = teacher_config(params)
+  teacher = resnet_model.resnet(config, dtype_policy)
+  summary = warm_start.warm_start(teacher, params['teacher_checkpoint'], use_moving_average=moving_average)
+  head = [(ckpt[-1], model[-1]) for name, ckpt, model in summary.skipped if name == 'dense/bias']
+  if head:
+    raise ValueError(f'The teacher {source} predicts {head[0][0]} classes, the student num_label_classes='
+                     f'{head[0][1]}: distillation needs the same classes in the same order.')
+  if summary.skipped or summary.missing:  # allow_partial is off: only the head can be left out
+    raise warm_start.WarmStartMismatchError(f'The teacher {source} has no classifier head: a teacher must predict '
+                                            "the student's classes.")
+  teacher.trainable = False
+  variant = ', '.join(f'{k}={getattr(config, k)!r}' for k in architectures.VARIANT_PARAMS)
+  logging.info('Distillation teacher: ResNet-%d, %d classes, %s%s, from %s; weight %g, temperature %g.',
+               config.resnet_depth, config.num_label_classes, variant,
+               ', its moving averages' if moving_average else '', source, params['distill_weight'],
+               params['distill_temperature'])
+  return teacher
+
+
+def soft_loss(student_logits: tf.Tensor, teacher_logits: tf.Tensor, temperature: float) -> tf.Tensor:
+  """Per example ``T^2 * KL(softmax(t / T) || softmax(s / T))`` (the teacher's logits are constants)."""
+  teacher_log_p = tf.nn.log_softmax(tf.stop_gradient(tf.cast(teacher_logits, tf.float32)) / temperature)
+  student_log_p = tf.nn.log_softmax(tf.cast(student_logits, tf.float32) / temperature)
+  kl = tf.reduce_sum(tf.exp(teacher_log_p) * (teacher_log_p - student_log_p), axis=-1)
+  return temperature ** 2 * kl
+
+
+def combine(task: tf.Tensor, soft: tf.Tensor, example_weight: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
+  weight = params['distill_weight']
+  return (1.0 - weight) * task + weight * example_weight * soft
+
+
+def teacher_logits(teacher: Optional[keras.Model], images: tf.Tensor) -> Optional[tf.Tensor]:
+  return None if teacher is None else tf.stop_gradient(tf.cast(teacher(images, training=False), tf.float32))
