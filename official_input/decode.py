@@ -41,6 +41,7 @@ class DecodeConfig:
   augment: resnet_preprocessing.AugmentConfig = resnet_preprocessing.AugmentConfig()  # training only
   deterministic: bool = False  # keep element order in parallel stages (eval, or a seeded run)
   fast_decode: bool = False    # training: decode large JPEG crops at reduced DCT scale
+  crop_fraction: float = resnet_preprocessing.CROP_FRACTION  # eval: share of the short side the centre crop keeps
 
   @property
   def image_shape(self) -> Tuple[int, int, int]:
@@ -70,7 +71,7 @@ def _preprocess(encoded: tf.Tensor, cfg: DecodeConfig, seed: Optional[tf.Tensor]
   """One image; ``seed`` (int [2]) makes the training augmentation stateless and reproducible."""
   return resnet_preprocessing.preprocess_image(encoded, cfg.is_training, cfg.image_size, tf.float32,
                                                full_decode=cfg.full_decode, augment=cfg.augment, seed=seed,
-                                               fast_decode=cfg.fast_decode)
+                                               fast_decode=cfg.fast_decode, crop_fraction=cfg.crop_fraction)
 
 
 def _split_chunk(chunk: Any) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:

@@ -21,9 +21,11 @@ class ImageFilesInput(accounting.ReportsSkips):
   """
 
   def __init__(self, file_pattern: str, image_size: int = resnet_preprocessing.IMAGE_SIZE,
-               dtype: tf.DType = tf.float32, num_parallel_calls: int = -1):
+               dtype: tf.DType = tf.float32, num_parallel_calls: int = -1,
+               crop_fraction: float = resnet_preprocessing.CROP_FRACTION):
     self.file_pattern = file_pattern
     self.image_size = int(image_size)
+    self.crop_fraction = float(crop_fraction)
     self.dtype = tf.as_dtype(dtype)
     self.num_parallel_calls = int(num_parallel_calls)
     self._stats = InputAccounting('image files input')
@@ -41,7 +43,7 @@ class ImageFilesInput(accounting.ReportsSkips):
     files = self.list_files()[index::count]
     cfg = decode.DecodeConfig(source=sources.FILE_SOURCE, is_training=False, image_size=self.image_size,
                               dtype=self.dtype, batch_size=batch_size, label_offset=0, num_classes=1,
-                              check_labels=False)
+                              check_labels=False, crop_fraction=self.crop_fraction)
     records = tf.data.Dataset.from_tensor_slices(tf.constant(files, tf.string))
     return decode.build_batches(records, cfg, self._stats, include_filename=True, context=context,
                                 execution=parallelism.PARALLEL, num_parallel_calls=self.num_parallel_calls)

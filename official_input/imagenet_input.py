@@ -82,7 +82,8 @@ class ImageNetInput(accounting.ReportsSkips):
                shuffle_buffer_size: int = 1024, num_parallel_calls: int = -1, synthetic_data: str = 'random',
                augment: Optional[resnet_preprocessing.AugmentConfig] = None,
                include_filename: bool = False, seed: Optional[int] = None, num_images: Optional[int] = None,
-               fail_on_data_loss: bool = False, fast_decode: bool = False, every_nth: int = 1):
+               fail_on_data_loss: bool = False, fast_decode: bool = False, every_nth: int = 1,
+               crop_fraction: float = resnet_preprocessing.CROP_FRACTION):
     split = split or default_split(is_training)
     if split not in SPLITS:
       raise ValueError('split must be one of %s, got %r' % (SPLITS, split))
@@ -99,6 +100,7 @@ class ImageNetInput(accounting.ReportsSkips):
     self.data_dir = data_dir
     self.split = split
     self.image_size = int(image_size)
+    self.crop_fraction = float(crop_fraction)  # eval: share of the short side the centre crop keeps
     self.num_label_classes = int(num_label_classes)
     self.dtype = tf.as_dtype(dtype)
     self.pipeline = pipeline
@@ -125,8 +127,10 @@ class ImageNetInput(accounting.ReportsSkips):
     if split not in SPLITS:
       raise ValueError('split must be one of %s, got %r' % (SPLITS, split))
     kwargs = {arg: params[key] for arg, key in PARAM_ARGS.items()}
+    size, crop_fraction = ((resnet_preprocessing.image_size(params, training=True), resnet_preprocessing.CROP_FRACTION)
+                           if split == 'train' else resnet_preprocessing.eval_view(params))
     kwargs.update(is_training=split == 'train', split=split, dtype=tf.as_dtype(params['precision']),
-                  image_size=resnet_preprocessing.image_size(params, training=split == 'train'),
+                  image_size=size, crop_fraction=crop_fraction,
                   augment=resnet_preprocessing.AugmentConfig.from_params(params), include_filename=split == 'test',
                   num_images=params[SPLIT_SIZE_PARAMS[split]])
     kwargs.update(overrides)
@@ -293,7 +297,8 @@ class ImageNetInput(accounting.ReportsSkips):
         batch_size=batch_size, label_offset=0 if self.include_background_label else 1,
         num_classes=self.num_label_classes, check_labels=self.split != 'test', full_decode=execution.full_decode,
         parallel_iterations=execution.decode_parallel_iterations, augment=self.augment,
-        deterministic=not self.is_training or self.seed is not None, fast_decode=self.fast_decode)
+        deterministic=not self.is_training or self.seed is not None, fast_decode=self.fast_decode,
+        crop_fraction=self.crop_fraction)
 
   def _data_loss(self, message: Optional[str]) -> None:
     """An up-front finding about damaged or missing shards: an error with fail_on_data_loss, else a warning."""

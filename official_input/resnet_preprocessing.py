@@ -113,6 +113,20 @@ def image_size(params: Mapping[str, Any], training: bool) -> int:
   return int(params['image_size'] if size is None else size)
 
 
+CROP_TTA = ('five_crop', 'ten_crop')
+
+
+def eval_view(params: Mapping[str, Any]) -> Tuple[int, float]:
+  """(size, crop fraction) of the images eval and predict read. Multi-crop TTA (tta=five_crop|ten_crop) reads
+  the centred square of the whole short side at S + pad (256 for 224, torchvision's Resize(256)), from which the
+  model_fn takes its S x S crops: the centre one is the usual 0.875 crop. Else S at 0.875. Exports, TFLite and
+  ONNX always serve the usual view (image_size(params, training=False))."""
+  size = image_size(params, training=False)
+  if params.get('tta') in CROP_TTA:
+    return size + crop_padding(size), 1.0
+  return size, CROP_FRACTION
+
+
 def _pair(name: str, value: Any) -> Tuple[float, float]:
   try:
     low, high = value
@@ -121,21 +135,28 @@ def _pair(name: str, value: Any) -> Tuple[float, float]:
     raise ValueError(f'{name} must be a pair (low, high) of numbers, got {value!r}.') from None
 
 
-def center_crop_size(height: tf.Tensor, width: tf.Tensor, image_size: int) -> tf.Tensor:
+def crop_padding(image_size: int, crop_fraction: float = CROP_FRACTION) -> int:
+  """The eval crop's padding in pixels at ``image_size``: round(S * (1 / 0.875 - 1)), 32 at 224."""
+  return round(image_size * (1.0 / crop_fraction - 1.0))
+
+
+def center_crop_size(height: tf.Tensor, width: tf.Tensor, image_size: int,
+                     crop_fraction: float = CROP_FRACTION) -> tf.Tensor:
   """Side of the eval crop: CROP_FRACTION of the short side, with the padding rounded as the reference does.
 
   pad = round(S * (1 / 0.875 - 1)) (32 at 224) and crop = int(S / (S + pad) * min(H, W)), so the crop fraction
-  stays ~0.875 for any image_size (the old fixed pad of 32 gave 0.833 at 160).
+  stays ~0.875 for any image_size (the old fixed pad of 32 gave 0.833 at 160). ``crop_fraction`` 1 keeps the whole
+  short side (multi-crop TTA takes its crops from that square).
   """
-  pad = round(image_size * (1.0 / CROP_FRACTION - 1.0))
+  pad = crop_padding(image_size, crop_fraction)
   short_side = tf.cast(tf.minimum(height, width), tf.float32)  # float32 as the reference: same pixel counts
   return tf.cast(image_size / (image_size + pad) * short_side, tf.int32)
 
 
-def center_crop_window(shape: tf.Tensor, image_size: int) -> tf.Tensor:
+def center_crop_window(shape: tf.Tensor, image_size: int, crop_fraction: float = CROP_FRACTION) -> tf.Tensor:
   """[offset_y, offset_x, crop, crop] of the centred eval crop for an image of ``shape`` [H, W, ...]."""
   height, width = shape[0], shape[1]
-  crop = center_crop_size(height, width, image_size)
+  crop = center_crop_size(height, width, image_size, crop_fraction)
   offset_y = (height - crop + 1) // 2
   offset_x = (width - crop + 1) // 2
   return tf.stack([offset_y, offset_x, crop, crop])
@@ -323,16 +344,17 @@ def preprocess_for_train(image_bytes: tf.Tensor, image_size: int = IMAGE_SIZE, f
 
 
 def preprocess_for_eval(image_bytes: tf.Tensor, image_size: int = IMAGE_SIZE, full_decode: bool = False,
-                        method: str = EVAL_RESIZE_METHOD) -> tf.Tensor:
+                        method: str = EVAL_RESIZE_METHOD, crop_fraction: float = CROP_FRACTION) -> tf.Tensor:
   """Centre crop (fraction 0.875), resize: float32 [S, S, 3] in 0..255. Deterministic."""
-  image = decode_and_crop(image_bytes, lambda shape: center_crop_window(shape, image_size), full_decode)
+  image = decode_and_crop(image_bytes, lambda shape: center_crop_window(shape, image_size, crop_fraction),
+                          full_decode)
   return resize(image, image_size, method)
 
 
 def preprocess_image(image_bytes: tf.Tensor, is_training: bool, image_size: int = IMAGE_SIZE,
                      dtype: tf.DType = tf.float32, full_decode: bool = False, method: Optional[str] = None,
                      augment: AugmentConfig = AugmentConfig(), seed: Optional[tf.Tensor] = None,
-                     fast_decode: bool = False) -> tf.Tensor:
+                     fast_decode: bool = False, crop_fraction: float = CROP_FRACTION) -> tf.Tensor:
   """Encoded image bytes (scalar string; JPEG, PNG, GIF or BMP) -> [S, S, 3] of ``dtype``, values 0..255.
 
   Works eagerly, in tf.data, in tf.map_fn and in a tf.function (the SavedModel's serving function calls it with
@@ -340,7 +362,7 @@ def preprocess_image(image_bytes: tf.Tensor, is_training: bool, image_size: int 
   defaults to bilinear for training and bicubic for eval (see TRAIN_RESIZE_METHOD). Training only: ``augment``
   (crop ranges, flip, AutoAugment/RandAugment), ``seed`` ([2] int32/int64: stateless, reproducible randomness;
   None: stateful ops) and ``fast_decode`` (reduced-scale decode of large JPEG windows). Eval is exact and
-  deterministic.
+  deterministic; ``crop_fraction`` is the share of the short side its centre crop keeps (see eval_view).
   """
   if not isinstance(augment, AugmentConfig):
     raise TypeError(f'augment must be an AugmentConfig (build one with AugmentConfig.from_params(params)), '
@@ -349,7 +371,7 @@ def preprocess_image(image_bytes: tf.Tensor, is_training: bool, image_size: int 
     image = preprocess_for_train(image_bytes, image_size, full_decode, method or TRAIN_RESIZE_METHOD, augment,
                                  seed, fast_decode)
   else:
-    image = preprocess_for_eval(image_bytes, image_size, full_decode, method or EVAL_RESIZE_METHOD)
+    image = preprocess_for_eval(image_bytes, image_size, full_decode, method or EVAL_RESIZE_METHOD, crop_fraction)
   image = tf.ensure_shape(image, [image_size, image_size, 3])
   return tf.cast(image, dtype)
 

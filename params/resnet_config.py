@@ -111,9 +111,11 @@ PARAMS: Tuple[Param, ...] = (
     P('eval_image_size', None, 'Eval, predict and export image size; unset = image_size. Larger than image_size '
       'trains small and evaluates large (FixRes: train 176, eval 224); the model takes any size.', int,
       checks=('>= 32',)),
-    P('tta', 'none', "Test-time augmentation in eval and predict: flip averages the class probabilities of each "
-      "image and its mirror image (timm's --tta; twice the compute). The exported SavedModel serves the single "
-      'view.', choices=('none', 'flip'), modes=('train_and_eval', 'eval', 'predict')),
+    P('tta', 'none', "Test-time augmentation in eval and predict, the class probabilities averaged over the views "
+      "(timm's --tta, torchvision's FiveCrop/TenCrop): flip = the image and its mirror image (2x the compute); "
+      'five_crop = the centre and four corner crops of the image resized to eval_image_size / 0.875 (5x); '
+      'ten_crop = those and their mirror images (10x). The exported SavedModel serves the single view.',
+      choices=('none', 'flip', 'five_crop', 'ten_crop'), modes=('train_and_eval', 'eval', 'predict')),
     P('num_train_images', None, 'Training-set size (epochs, LR schedule); unset = from data_dir/summary.json, '
       'else ImageNet (1281167).', int, checks=('> 0',)),
     P('num_eval_images', None, 'Validation images to evaluate (the first N); unset = the whole split (from '

@@ -97,11 +97,12 @@ def evaluate(estimator: Estimator, params: Params) -> None:
 
 def predict(estimator: Estimator, params: Params) -> str:
   class_names.check_class_names_against_training(params, model_dir_lib.recorded_params(params.model_dir))
-  size = resnet_preprocessing.image_size(params, training=False)
+  size, crop_fraction = resnet_preprocessing.eval_view(params)   # validation refuses tta with a deployed file
   deployed = params.predict_tflite or params.predict_onnx
   dtype = tf.float32 if deployed else tf.as_dtype(params.precision)  # a deployed file takes float32
   if params.predict_input:
-    source = imagenet_input.ImageFilesInput(params.predict_input, image_size=size, dtype=dtype)
+    source = imagenet_input.ImageFilesInput(params.predict_input, image_size=size, dtype=dtype,
+                                            crop_fraction=crop_fraction)
   else:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
     source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True, dtype=dtype)

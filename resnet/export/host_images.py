@@ -29,7 +29,8 @@ def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.n
                         'onnx_quantizations.')
   source = imagenet_input.ImageNetInput.from_params(
       params, split=split, is_training=False, dtype=tf.float32, include_filename=False,
-      image_size=resnet_preprocessing.image_size(params, training=False))
+      image_size=resnet_preprocessing.image_size(params, training=False),
+      crop_fraction=resnet_preprocessing.CROP_FRACTION)  # what the exported file serves, whatever tta is
   info = source.dataset_info()
   available = info.split_images(split) if info is not None else None
   if source.num_images:  # the pass reads only the first num_images records

@@ -204,20 +204,38 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
 
 
 def inference_logits(model: keras.Model, images: tf.Tensor, params: RunParams) -> tf.Tensor:
-  """Eval's and predict's logits. With tta=flip (timm's --tta, flip only): the probabilities the loss models, each
-  image's and its mirror image's averaged, as logits the loss reads back: softmax's class probabilities (log of the
-  mean), or binary_cross_entropy's per-class sigmoids (logit of the mean). Argmax, the loss and predict then read
-  the average. A SavedModel serves the single view (its TFLite and ONNX files are checked against it)."""
-  logits = model(images, training=False)
+  """Eval's and predict's logits. With test-time augmentation (timm's --tta, torchvision's FiveCrop/TenCrop): the
+  probabilities the loss models, averaged over the views, as logits the loss reads back: softmax's class
+  probabilities (log of the mean), or binary_cross_entropy's per-class sigmoids (logit of the mean). Argmax, the
+  loss and predict then read the average. Views: flip = the image and its mirror image; five_crop = the centre and
+  the four corner S x S crops of the larger image the input gives (resnet_preprocessing.eval_view); ten_crop = those
+  and their mirror images. A SavedModel serves the single view (its TFLite and ONNX files are checked against it)."""
   if params['tta'] == 'none' or params.context.exporting:
-    return logits
-  mirrored = model(tf.reverse(images, axis=[2]), training=False)  # images are [B, H, W, C]: W is axis 2
-  views = tf.stack([tf.cast(logits, tf.float32), tf.cast(mirrored, tf.float32)])
-  # Means of probabilities from log-probabilities: finite where a probability underflows in both views.
-  log_mean = lambda log_probabilities: tf.reduce_logsumexp(log_probabilities, axis=0) - math.log(2.0)
+    return model(images, training=False)
+  views = tta_views(images, params)
+  count = len(views)
+  logits = model(tf.concat(views, axis=0), training=False)   # one call: views are equal-sized batches
+  views = tf.stack(tf.split(tf.cast(logits, tf.float32), count, axis=0))
+  # Means of probabilities from log-probabilities: finite where a probability underflows in every view.
+  log_mean = lambda log_probabilities: tf.reduce_logsumexp(log_probabilities, axis=0) - math.log(float(count))
   if params['loss'] == 'binary_cross_entropy':  # log(p) - log(1 - p), p the mean sigmoid; log sigmoid(z) = -softplus(-z)
     return log_mean(-tf.nn.softplus(-views)) - log_mean(-tf.nn.softplus(views))
   return log_mean(tf.nn.log_softmax(views))
+
+
+def tta_views(images: tf.Tensor, params: Mapping[str, Any]) -> List[tf.Tensor]:
+  """The TTA views of a batch [B, H, W, C] (W is axis 2, which a mirror image reverses)."""
+  mirror = lambda x: tf.reverse(x, axis=[2])
+  if params['tta'] == 'flip':
+    return [images, mirror(images)]
+  size = resnet_preprocessing.image_size(params, training=False)
+  pad = images.shape[1] - size
+  if pad < 0 or images.shape[2] != images.shape[1]:
+    raise ValueError(f'tta={params["tta"]} crops {size} x {size} views from the larger square images the input '
+                     f'gives (resnet_preprocessing.eval_view), got images of shape {images.shape}.')
+  corners = [(pad // 2, pad // 2), (0, 0), (0, pad), (pad, 0), (pad, pad)]   # the centre first
+  crops = [images[:, y:y + size, x:x + size, :] for y, x in corners]
+  return crops + [mirror(crop) for crop in crops] if params['tta'] == 'ten_crop' else crops
 
 
 def per_class_metrics(params: Mapping[str, Any]) -> bool:

@@ -321,3 +321,25 @@ def test_erasing_a_seeded_training_image_keeps_its_crop_and_flip():
   changed = np.any(erased != plain, axis=-1)
   assert 0 < changed.sum() < changed.size
   np.testing.assert_array_equal(erased[~changed], plain[~changed])
+
+
+@pytest.mark.parametrize('tta,view', [('none', (224, 0.875)), ('flip', (224, 0.875)), ('five_crop', (256, 1.0)),
+                                      ('ten_crop', (256, 1.0))])
+def test_multi_crop_tta_reads_the_whole_short_side_at_s_plus_pad(tta, view):
+  """torchvision's Resize(256) + FiveCrop(224): the square of the whole short side at 256, whose centre 224 crop is
+  the usual 0.875 eval crop."""
+  assert rp.eval_view({'image_size': 224, 'eval_image_size': None, 'tta': tta}) == view
+  assert rp.eval_view({'image_size': 64, 'eval_image_size': 96, 'tta': tta})[0] == (96 if tta in ('none', 'flip')
+                                                                                     else 96 + 14)
+
+
+def test_the_centre_of_the_multi_crop_view_is_the_usual_eval_image():
+  # A smooth image (resampling twice differs little there), wider than tall: the square is centred.
+  y, x = np.mgrid[0:90, 0:120]
+  smooth = np.stack([x * 2, y * 2, (x + y)], axis=-1).clip(0, 255).astype(np.uint8)
+  encoded = tf.constant(_encode(smooth, 'PNG'))
+  usual = rp.preprocess_image(encoded, False, 32).numpy()
+  full = rp.preprocess_image(encoded, False, 37, crop_fraction=1.0).numpy()
+  assert full.shape == (37, 37, 3)
+  np.testing.assert_allclose(full[2:34, 2:34], usual, atol=6.0)   # pad 5: the centre crop starts at 2
+  assert np.abs(full[:2, :2] - usual[:2, :2]).mean() > 3.0        # the corners see more of the image

@@ -249,13 +249,14 @@ def test_dropblock_keep_prob_follows_its_schedule_during_training(tmp_path):
 
 def test_recipe_options_through_the_cli(records, trained, tmp_path):
   """Accumulation, mixup + CutMix, TrivialAugment-Wide, thresholded BCE, distillation from a finished run, a larger
-  eval size and the TFLite export in one train_and_eval run."""
+  eval size with five-crop TTA (the export still serves one 48 px view) and the TFLite export in one train_and_eval
+  run."""
   model_dir, teacher = str(tmp_path / 'model'), trained[0]
   proc = run_main('--mode=train_and_eval', f'--data_dir={records}', f'--model_dir={model_dir}', '--train_steps=4',
                   '--steps_per_eval=4', '--num_eval_images=4', '--gradient_accumulation_steps=2',
                   '--mixup_alpha=0.2', '--cutmix_alpha=1.0', '--eval_image_size=48', '--export_tflite=true',
                   '--augment_name=trivialaugment_wide', '--loss=binary_cross_entropy', '--bce_target_threshold=0.2',
-                  f'--teacher_checkpoint={teacher}', '--distill_temperature=2', f'--export_dir={model_dir}/export', '--random_seed=1', *TINY, module=False)
+                  f'--teacher_checkpoint={teacher}', '--distill_temperature=2', '--tta=five_crop', f'--export_dir={model_dir}/export', '--random_seed=1', *TINY, module=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   recorded = params_files.read_params(os.path.join(model_dir, 'params.yaml'))
   assert (recorded.gradient_accumulation_steps, recorded.mixup_alpha, recorded.cutmix_alpha,

@@ -102,7 +102,8 @@ def test_flip_tta_stays_finite_where_a_class_underflows_in_both_views():
   """log(mean probability) would be -inf for a logit gap of ~100: the eval loss NaN, top-k wrong."""
   from resnet.estimator.spec import RunContext, RunParams  # pylint: disable=import-outside-toplevel
   params = RunParams({'tta': 'flip', 'loss': 'softmax_cross_entropy'}, 1, RunContext('eval'))
-  extreme = lambda images, training: tf.constant([[0.0, 300.0, -300.0]]) + tf.reduce_mean(images) * 0
+  extreme = lambda images, training: (tf.constant([[0.0, 300.0, -300.0]])
+                                      + tf.reduce_mean(images, [1, 2, 3])[:, None] * 0)
   logits = resnet_model_fn.inference_logits(extreme, tf.zeros([1, 4, 4, 3]), params)
   assert np.all(np.isfinite(logits.numpy()))
   np.testing.assert_allclose(tf.nn.softmax(logits).numpy(), [[0.0, 1.0, 0.0]], atol=1e-7)
@@ -130,6 +131,44 @@ def test_flip_tta_under_binary_cross_entropy_averages_the_sigmoids():
   loss = resnet_model_fn.per_example_loss(logits, tf.constant(targets, tf.float32), params)
   expected = -np.mean(targets * np.log(mean) + (1 - targets) * np.log(1 - mean))
   assert float(loss[0]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_multi_crop_views_are_the_centre_and_corner_crops_and_their_mirrors():
+  images = tf.reshape(tf.range(2 * 7 * 7 * 1, dtype=tf.float32), [2, 7, 7, 1])
+  params = {'tta': 'ten_crop', 'image_size': 5, 'eval_image_size': None}
+  views = resnet_model_fn.tta_views(images, params)
+  assert len(views) == 10 and all(v.shape == (2, 5, 5, 1) for v in views)
+  x = images.numpy()
+  for view, (y0, x0) in zip(views[:5], [(1, 1), (0, 0), (0, 2), (2, 0), (2, 2)]):
+    np.testing.assert_array_equal(view.numpy(), x[:, y0:y0 + 5, x0:x0 + 5])
+  for crop, mirrored in zip(views[:5], views[5:]):
+    np.testing.assert_array_equal(mirrored.numpy(), crop.numpy()[:, :, ::-1])
+  assert len(resnet_model_fn.tta_views(images, dict(params, tta='five_crop'))) == 5
+  with pytest.raises(ValueError, match='larger square images'):
+    resnet_model_fn.tta_views(images[:, :4, :4], params)
+
+
+@pytest.mark.slow
+def test_ten_crop_tta_averages_the_ten_views_in_eval_and_predict_and_the_input_gives_the_larger_view(tmp_path):
+  params = tiny.resnet_params(tmp_path, tta='ten_crop', weight_decay=0.0, num_label_classes=3, eval_batch_size=4,
+                              predict_batch_size=4, num_train_images=64)
+  from official_input import imagenet_input  # pylint: disable=import-outside-toplevel
+  source = imagenet_input.ImageNetInput.from_params(params, 'validation')
+  assert (source.image_size, source.crop_fraction) == (37, 1.0)   # 32 + round(32 / 7)
+  images = tiny.varied_images(8, seed=5, size=37)
+  labels = np.array([0, 1, 2, 0, 1, 2, 0, 1], np.int32)
+  estimator = tiny.resnet_estimator(params)
+  estimator.build('eval')
+  estimator.save()   # untrained weights: what predict and eval restore
+  model = estimator.scope.get(resnet_model_fn.MODEL)
+  views = resnet_model_fn.tta_views(tf.constant(images), params)
+  expected = np.mean([tf.nn.softmax(model(v, training=False)).numpy() for v in views], axis=0)
+  single = tf.nn.softmax(model(views[0], training=False)).numpy()
+  assert np.max(np.abs(single - expected)) > 1e-3   # the views answer differently
+  predicted = list(estimator.predict(lambda p: tf.data.Dataset.from_tensor_slices(images).batch(p['batch_size'])))
+  np.testing.assert_allclose(np.stack([p['probabilities'] for p in predicted]), expected, rtol=1e-5, atol=1e-6)
+  results = estimator.evaluate(lambda p: tf.data.Dataset.from_tensor_slices((images, labels)).batch(p['batch_size']))
+  assert results['loss'] == pytest.approx(float(np.mean(-np.log(expected[np.arange(8), labels]))), rel=1e-5)
 
 
 def test_the_model_fn_is_traced_without_autograph():
