@@ -111,6 +111,10 @@ PARAMS: Tuple[Param, ...] = (
     P('eval_image_size', None, 'Eval, predict and export image size; unset = image_size. Larger than image_size '
       'trains small and evaluates large (FixRes: train 176, eval 224); the model takes any size.', int,
       checks=('>= 32',)),
+    P('train_size_schedule', None, "Progressive resizing (FFCV, timm's --train-size-schedule): training image sizes "
+      'for equal shares of train_steps, in order, e.g. [128, 160, 224]; the last must reach image_size, at which '
+      'eval runs. One retrace per size. Unset = image_size throughout.', list, modes=TRAINING,
+      items=P('size', 224, '', int, checks=('>= 32',))),
     P('tta', 'none', "Test-time augmentation in eval and predict, the class probabilities averaged over the views "
       "(timm's --tta, torchvision's FiveCrop/TenCrop): flip = the image and its mirror image (2x the compute); "
       'five_crop = the centre and four corner crops of the image resized to eval_image_size / 0.875 (5x); '

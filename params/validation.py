@@ -151,11 +151,25 @@ def target_threshold_needs_bce(p: Mapping[str, Any]) -> Optional[str]:
   return None
 
 
+def size_schedule_reaches_image_size(p: Mapping[str, Any]) -> Optional[str]:
+  sizes = p['train_size_schedule']
+  if not sizes:
+    return None
+  if sizes[-1] < p['image_size']:
+    return (f'train_size_schedule={list(sizes)} ends at {sizes[-1]} px, below image_size={p["image_size"]}: the '
+            f'last stretch must train at the size eval runs at; end the schedule with {p["image_size"]} (or lower '
+            'image_size)')
+  if len(sizes) > p['train_steps']:
+    return f'train_size_schedule has {len(sizes)} sizes for train_steps={p["train_steps"]}: at most one per step'
+  return None
+
+
 RULES: Tuple[Callable[[Mapping[str, Any]], Optional[str]], ...] = (
     export_moving_average_needs_the_average, lars_is_the_momentum_optimizer, layer_decay_needs_momentum,
     head_only_steps_need_momentum,
     frozen_batch_norm_needs_batch_norm, one_class_weight_per_class, no_transposed_input,
-    one_deployed_file_to_predict_with, target_threshold_needs_bce)
+    one_deployed_file_to_predict_with, target_threshold_needs_bce,
+    size_schedule_reaches_image_size)
 
 # Raises ValueError naming what is wrong. A validator with a ``keys`` attribute checks those keys fully, each on its
 # own too (model_config.validate): the table's per-key check leaves them to it, so no rule runs twice.

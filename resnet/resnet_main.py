@@ -61,7 +61,7 @@ def train(estimator: Estimator, params: Params) -> None:
     raise ValueError('export_best=true needs evaluations to pick the best checkpoint: use mode=train_and_eval, or '
                      'export the best of a finished run with --mode=export --export_best=true.')
   wiring.training_starts(estimator, params)
-  source = wiring.input_source(params, 'train')
+  source = wiring.train_input(params)
   estimator.train(source.input_fn, max_steps=params.train_steps, hooks=wiring.train_hooks(params, estimator, source))
   wiring.training_ended(estimator, params)
   exporting.export(estimator, params)
@@ -69,7 +69,7 @@ def train(estimator: Estimator, params: Params) -> None:
 
 def train_and_eval(estimator: Estimator, params: Params) -> None:
   wiring.training_starts(estimator, params)
-  source = wiring.input_source(params, 'train')
+  source = wiring.train_input(params)
   best = wiring.best_checkpoint(estimator, params)
   estimator.train_and_evaluate(source.input_fn, wiring.eval_source(params).input_fn,
                                max_steps=params.train_steps, steps_per_eval=params.steps_per_eval,

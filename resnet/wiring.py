@@ -3,11 +3,13 @@ the warm start of a new run, the weights eval reads, and the run's records of it
 
 Each is made from the locked params alone, so that ``resnet_main``'s modes stay a few lines that say what runs.
 """
-from typing import Any, List, Optional
+import dataclasses
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from absl import logging
 
 from official_input import imagenet_input
+from official_input import resnet_preprocessing
 from params.params_dict import ParamsDict as Params
 from resnet import finished_run
 from resnet import model_dir as model_dir_lib
@@ -15,6 +17,7 @@ from resnet import run_params
 from resnet.estimator import best_checkpoint as best_checkpoint_lib
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.estimator import Estimator
+from resnet.estimator.spec import StagedInput
 from resnet.evaluation import class_names
 from resnet.training import divergence
 from resnet.training import resnet_model_fn
@@ -24,6 +27,40 @@ def input_source(params: Params, split: str) -> imagenet_input.ImageNetInput:
   return imagenet_input.ImageNetInput.from_params(params, split=split)
 
 
+@dataclasses.dataclass
+class TrainInput:
+  """The training input: one source, or one per stage of train_size_schedule (progressive resizing)."""
+  sources: List[imagenet_input.ImageNetInput]
+  input_fn: Union[Callable[..., Any], StagedInput]
+
+  @property
+  def skipped_records(self) -> int:
+    return sum(source.skipped_records for source in self.sources)
+
+  @property
+  def lost_records(self) -> int:
+    return sum(source.lost_records for source in self.sources)
+
+
+def size_stages(params: Params) -> List[Tuple[int, int]]:
+  """(first step, image size) of each stage of train_size_schedule: equal shares of train_steps, in order."""
+  sizes = list(params.train_size_schedule or [])
+  return [(params.train_steps * i // len(sizes), int(size)) for i, size in enumerate(sizes)]
+
+
+def train_input(params: Params) -> TrainInput:
+  stages = size_stages(params)
+  if not stages:
+    source = input_source(params, 'train')
+    return TrainInput([source], source.input_fn)
+  sources = [imagenet_input.ImageNetInput.from_params(params, split='train', image_size=size) for _, size in stages]
+  logging.info('Progressive resizing (train_size_schedule): %s; eval at %d px.',
+               ', '.join(f'{size} px from step {start}' for start, size in stages),
+               resnet_preprocessing.image_size(params, training=False))
+  return TrainInput(sources, StagedInput(tuple((start, source.input_fn)
+                                               for (start, _), source in zip(stages, sources))))
+
+
 def eval_source(params: Params) -> imagenet_input.ImageNetInput:
   """The validation split, with file names when misclassified images are listed (they stay on the host)."""
   return imagenet_input.ImageNetInput.from_params(params, split='validation',
@@ -31,7 +68,7 @@ def eval_source(params: Params) -> imagenet_input.ImageNetInput:
 
 
 def train_hooks(params: Params, estimator: Estimator,
-                train_source: imagenet_input.ImageNetInput) -> List[hooks_lib.LoopHook]:
+                train_source: TrainInput) -> List[hooks_lib.LoopHook]:
   from resnet import profiling  # pylint: disable=g-import-not-at-top
   hooks: List[hooks_lib.LoopHook] = [
       hooks_lib.ExamplesPerSecond(params.train_batch_size, name='images_per_sec', unit='img/s'),

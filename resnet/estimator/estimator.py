@@ -26,7 +26,7 @@ from resnet.estimator import files
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator import loops
 from resnet.estimator.run_config import RunConfig
-from resnet.estimator.spec import ModeKeys, ObjectScope, RunContext, RunParams, ServingInput
+from resnet.estimator.spec import ModeKeys, ObjectScope, RunContext, RunParams, ServingInput, StagedInput
 from resnet.estimator.stopping import StopControl
 
 InputFn = Callable[[RunParams], tf.data.Dataset]
@@ -209,7 +209,9 @@ class Estimator:
     self._writer(name).flush()
 
   # ------------------------------------------------------------------------------------------------ train
-  def _prepare_training(self, input_fn: InputFn) -> None:
+  def _prepare_training(self, input_fn: Union[InputFn, StagedInput]) -> None:
+    """Builds, restores where nothing is held yet, and makes the train loop read ``input_fn`` (a StagedInput:
+    the stage of the current step)."""
     self.build(ModeKeys.TRAIN)
     if self.checkpoints.holds is None:
       path = self.latest_checkpoint()
@@ -217,6 +219,8 @@ class Estimator:
       self.on_chief(lambda: path and checkpoints_lib.repair_state(self.model_dir, path),
                     'repair the checkpoint state file')
       self.restore(path)
+    if isinstance(input_fn, StagedInput):
+      input_fn = input_fn.at(int(self.global_step.numpy()))
     if self._train_input is None or self._train_input[0] is not input_fn:
       self._train_input = (input_fn, iter(self.distribute(input_fn, ModeKeys.TRAIN)))
       self._train_loop = None
@@ -239,12 +243,12 @@ class Estimator:
     shorter loops a hook asked for on one of them): where hooks that must decide as one decide."""
     return self._at_common_boundary(step, self._max_steps if self._max_steps is not None else step)
 
-  def train(self, input_fn: InputFn, max_steps: int, hooks: Sequence[hooks_lib.LoopHook] = (),
+  def train(self, input_fn: Union[InputFn, StagedInput], max_steps: int, hooks: Sequence[hooks_lib.LoopHook] = (),
             total_steps: Optional[int] = None) -> Dict[str, float]:
     """Trains until the global step reaches ``max_steps``, resuming from model_dir's latest checkpoint.
 
     ``total_steps`` (default max_steps) is what the progress line counts towards, e.g. train_steps while
-    train_and_evaluate trains in chunks.
+    train_and_evaluate trains in chunks. A StagedInput switches input_fn at its stages' first steps.
     """
     self._prepare_training(input_fn)
     self._max_steps = max_steps
@@ -263,6 +267,9 @@ class Estimator:
         while step < max_steps:
           boundaries = [max_steps, self._next_multiple(step, self.config.iterations_per_loop),
                         self._next_multiple(step, self.config.save_checkpoints_steps)]
+          if isinstance(input_fn, StagedInput):
+            self._prepare_training(input_fn)   # a new stage: its input and a new compiled loop
+            boundaries += [b for b in (input_fn.next_start(step),) if b is not None]
           boundaries += [b for b in (h.next_boundary(step) for h in hooks) if b is not None and b > step]
           num_steps = min(boundaries) - step
           for hook in hooks:
@@ -389,7 +396,7 @@ class Estimator:
     local = self.strategy.experimental_local_results
     return {k: np.concatenate([np.asarray(t) for t in local(v)], axis=0) for k, v in examples.items()}
 
-  def train_and_evaluate(self, train_input_fn: InputFn, eval_input_fn: InputFn, max_steps: int,
+  def train_and_evaluate(self, train_input_fn: Union[InputFn, StagedInput], eval_input_fn: InputFn, max_steps: int,
                          steps_per_eval: int, hooks: Sequence[hooks_lib.LoopHook] = (),
                          eval_weights: Optional[Callable[[], ContextManager]] = None,
                          eval_hooks: Sequence[hooks_lib.EvalHook] = (),

@@ -137,3 +137,25 @@ class RunParams(collections.abc.Mapping):
 
   def __repr__(self) -> str:
     return f'RunParams({self._values!r}, context={self.context!r})'
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedInput:
+  """Training input that changes at given global steps (progressive resizing: smaller images early on): ``stages``
+  is ((first step, input_fn), ...), the first at step 0. Train loops end at each stage's first step, and the next
+  loop reads the new input_fn through a new compiled loop (traced once there, as at a run's start; static shapes,
+  so TPUs and XLA take it too); a resumed run starts in the stage of its step."""
+  stages: Tuple[Tuple[int, Callable[..., Any]], ...]
+
+  def __post_init__(self):
+    starts = [start for start, _ in self.stages]
+    if not starts or starts[0] != 0 or starts != sorted(set(starts)):
+      raise ValueError(f'StagedInput needs stages starting at step 0 in increasing order, got starts {starts}.')
+
+  def at(self, step: int) -> Callable[..., Any]:
+    """The input_fn of the stage holding ``step``."""
+    return [fn for start, fn in self.stages if start <= step][-1]
+
+  def next_start(self, step: int) -> Optional[int]:
+    """The first step of the next stage after ``step``, or None in the last stage."""
+    return next((start for start, _ in self.stages if start > step), None)
