@@ -25,8 +25,9 @@ Rows:
   single thread     the optimized pipeline's per-batch work on one thread: the cost that sets the bound
   optimized         ImageNetInput(pipeline='optimized') training input_fn: shuffle, repeat, batch, prefetch
   basic             ImageNetInput(pipeline='basic'): a plain sequential pipeline (full decode, no parallelism)
-  ... +randaugment  the same two rows with AutoAugment / RandAugment, each against its own single-thread bound,
-  ... +autoaugment  with the extra CPU cost per image of the augmentation (when the pipeline supports it)
+  ... +randaugment  the same two rows with RandAugment / AutoAugment / TrivialAugment-Wide, each against its own
+  ... +autoaugment  single-thread bound, with the extra CPU cost per image of the augmentation (when the pipeline
+  ... +trivialaugment_wide  supports it)
 Targets: optimized >= 90% of the bound and >= 2x basic.
 
 Large photos (``--large_photos=N``): writes N phone-photo-sized JPEGs (4000x3000, ~3 MB), converts them with
@@ -68,7 +69,7 @@ from tools import make_fake_imagenet
 
 SINGLE = 'single thread'
 ROWS = ('parse only', SINGLE, 'optimized', 'basic')
-AUGMENT_NAMES = ('randaugment', 'autoaugment')
+AUGMENT_NAMES = ('randaugment', 'autoaugment', 'trivialaugment_wide')
 TARGET_PCT_OF_BOUND = 90.0
 TARGET_LARGE_PHOTO_SPEEDUP = 4.0
 

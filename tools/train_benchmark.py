@@ -93,8 +93,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_list('kernel_precisions', ['bfloat16'], 'Precisions with rows that turn one of bfloat16\'s CPU '
                     'kernels back to TensorFlow\'s own (conv1x1_filter_grad=conv, residual_add_relu=ops), each '
                     'against ours: what each bought (empty: none); each must be in --precisions.', flag_values=fv)
-  flags.DEFINE_list('recipe_precisions', ['bfloat16'], 'Precisions with rows for mixup 0.2 + CutMix 1.0 and for '
-                    'gradient_accumulation_steps=2, each against ours (empty: none); each must be in --precisions.',
+  flags.DEFINE_list('recipe_precisions', ['bfloat16'], 'Precisions with rows for mixup 0.2 + CutMix 1.0, '
+                    'gradient_accumulation_steps=2, BCE, AdamW, LAMB and clip_grad_norm, each against ours (empty: '
+                    'none); each must be in --precisions.',
                     flag_values=fv)
   flags.DEFINE_enum('determinism_mode', 'subprocess', DETERMINISM_MODES, 'Where the determinism rows run: a child '
                     'process, or this one after every other row (deterministic ops cannot be turned off).',

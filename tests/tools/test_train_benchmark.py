@@ -306,6 +306,8 @@ def test_rows_run_in_order_with_determinism_last(monkeypatch):
                    ('keras', 'bfloat16', 'synthetic'), ('keras_ours', 'bfloat16', 'synthetic'),
                    ('ours', 'bfloat16', 'synthetic'), ('ours_xla', 'bfloat16', 'synthetic'),
                    ('ours_mix', 'bfloat16', 'synthetic'), ('ours_accum', 'bfloat16', 'synthetic'),
+                   ('ours_bce', 'bfloat16', 'synthetic'), ('ours_adamw', 'bfloat16', 'synthetic'),
+                   ('ours_lamb', 'bfloat16', 'synthetic'), ('ours_clip', 'bfloat16', 'synthetic'),
                    ('ours_conv_dw', 'bfloat16', 'synthetic'), ('ours_ops_add', 'bfloat16', 'synthetic'),
                    ('ours_tf_kernels', 'bfloat16', 'synthetic'),
                    ('ours_det child', 'bfloat16', 'synthetic')]

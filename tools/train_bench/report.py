@@ -190,7 +190,8 @@ def format_report(results: Results) -> str:
       'keras.applications; runner: our Estimator vs Keras fit on the same model; XLA: jit_compile=True vs not; '
       'determinism: random_seed (deterministic ops) vs not; input: JPEG records vs synthetic batches; mixup/CutMix: '
       'mixup_alpha=0.2 and cutmix_alpha=1.0 vs neither; accumulation: each update as 2 micro-batches of half the '
-      'batch vs one batch; 1x1 weight gradients: oneDNN\'s backward-weights convolution (conv1x1_filter_grad=conv) '
+      'batch vs one batch; BCE, AdamW, LAMB, clipping: loss=binary_cross_entropy (threshold 0.2), optimizer=adamw, '
+      'optimizer=lamb, clip_grad_norm=1.0 vs the softmax loss and momentum SGD; 1x1 weight gradients: oneDNN\'s backward-weights convolution (conv1x1_filter_grad=conv) '
       'vs one matmul; add + ReLU: TensorFlow\'s Add and Relu ops (residual_add_relu=ops) vs one XLA function.',
       f'- ours = Estimator + resnet_model_fn (one_device CPU, compiled loop of {cfg.steps} steps, ImageNetInput). '
       'It does a little more per step than the Keras fit on our model: weight decay, Nesterov momentum, the '

@@ -28,17 +28,26 @@ REFERENCES = {
     'ours_det': ('ours', 'determinism'),
     'ours_mix': ('ours', 'mixup/CutMix'),
     'ours_accum': ('ours', 'accumulation'),
+    'ours_bce': ('ours', 'BCE'),
+    'ours_adamw': ('ours', 'AdamW'),
+    'ours_lamb': ('ours', 'LAMB'),
+    'ours_clip': ('ours', 'clipping'),
     'ours_conv_dw': ('ours', '1x1 weight gradients'),
     'ours_ops_add': ('ours', 'add + ReLU'),
     'ours_tf_kernels': ('ours', 'both kernels'),
 }
-OUR_MODEL_KINDS = ('keras_ours', 'ours', 'ours_xla', 'ours_det', 'ours_mix', 'ours_accum', 'ours_conv_dw',
+OUR_MODEL_KINDS = ('keras_ours', 'ours', 'ours_xla', 'ours_det', 'ours_mix', 'ours_accum', 'ours_bce', 'ours_adamw',
+                   'ours_lamb', 'ours_clip', 'ours_conv_dw',
                    'ours_ops_add', 'ours_tf_kernels')
 # Rows whose model does plan.count_flops' FLOPs: ours, and torchvision's ResNet (v1.5 too: stride on the 3x3).
 COUNTED_KINDS = OUR_MODEL_KINDS + ('torch',)
 # The params each recipe row adds to ours (same images per update: accumulation splits the batch in two).
 RECIPE_OVERRIDES = {'ours_mix': {'mixup_alpha': 0.2, 'cutmix_alpha': 1.0},
-                    'ours_accum': {'gradient_accumulation_steps': 2}}
+                    'ours_accum': {'gradient_accumulation_steps': 2},
+                    'ours_bce': {'loss': 'binary_cross_entropy', 'bce_target_threshold': 0.2},
+                    'ours_adamw': {'optimizer': 'adamw'},
+                    'ours_lamb': {'optimizer': 'lamb'},
+                    'ours_clip': {'clip_grad_norm': 1.0}}
 # The params each kernel row sets on ours: one of bfloat16's CPU kernels back to TensorFlow's own (what it buys).
 KERNEL_OVERRIDES = {'ours_conv_dw': {'conv1x1_filter_grad': 'conv'},
                     'ours_ops_add': {'residual_add_relu': 'ops'},
@@ -134,7 +143,7 @@ class BenchConfig:
   xla_precisions: Tuple[str, ...] = ('float32',)
   determinism_precisions: Tuple[str, ...] = ('bfloat16',)   # the default training precision
   determinism_mode: str = 'subprocess'
-  recipe_precisions: Tuple[str, ...] = ('bfloat16',)  # rows with mixup/CutMix and with gradient accumulation
+  recipe_precisions: Tuple[str, ...] = ('bfloat16',)  # rows with RECIPE_OVERRIDES (mixup/CutMix, accumulation, ...)
   kernel_precisions: Tuple[str, ...] = ('bfloat16',)  # rows with one of bf16's CPU kernels back to TensorFlow's
   real_data: bool = True
   data_dir: Optional[str] = None
@@ -172,6 +181,10 @@ def row_name(cfg: BenchConfig, kind: str, data: str = 'synthetic') -> str:
       'ours_det': 'ours, random_seed (deterministic ops)',
       'ours_mix': 'ours, mixup 0.2 + CutMix 1.0',
       'ours_accum': 'ours, gradient_accumulation_steps=2',
+      'ours_bce': 'ours, loss=binary_cross_entropy + threshold 0.2',
+      'ours_adamw': 'ours, optimizer=adamw',
+      'ours_lamb': 'ours, optimizer=lamb',
+      'ours_clip': 'ours, clip_grad_norm=1.0',
       'ours_conv_dw': 'ours, conv1x1_filter_grad=conv',
       'ours_ops_add': 'ours, residual_add_relu=ops',
       'ours_tf_kernels': 'ours, conv1x1_filter_grad=conv + residual_add_relu=ops',
