@@ -387,7 +387,7 @@ TRIVIALAUGMENT_WIDE: Tuple[Tuple[str, Tuple[float, ...], bool], ...] = (
     # torchvision: 8 - round(i / ((bins - 1) / 6)), rounding half to even as torch.round does.
     ('Posterize', tuple(float(8 - round(i / ((TRIVIALAUGMENT_BINS - 1) / 6))) for i in range(TRIVIALAUGMENT_BINS)),
      False),
-    ('Solarize', _linspace(256.0, 0.0), False),
+    ('Solarize', _linspace(255.0, 0.0), False),   # torchvision fixed 256 -> 255 (pytorch/vision#4805)
     ('AutoContrast', (0.0,) * TRIVIALAUGMENT_BINS, False),
     ('Equalize', (0.0,) * TRIVIALAUGMENT_BINS, False),
 )

@@ -118,9 +118,11 @@ CROP_TTA = ('five_crop', 'ten_crop')
 
 def eval_view(params: Mapping[str, Any]) -> Tuple[int, float]:
   """(size, crop fraction) of the images eval and predict read. Multi-crop TTA (tta=five_crop|ten_crop) reads
-  the centred square of the whole short side at S + pad (256 for 224, torchvision's Resize(256)), from which the
-  model_fn takes its S x S crops: the centre one is the usual 0.875 crop. Else S at 0.875. Exports, TFLite and
-  ONNX always serve the usual view (image_size(params, training=False))."""
+  the centred square of the whole short side at S + pad (256 for 224), from which the model_fn takes its S x S
+  crops: the centre one is the usual 0.875 crop. Unlike torchvision's Resize(256) + FiveCrop(224), whose corners
+  are those of the whole resized rectangle, the corners here are those of its centred square (eval views stay
+  square, as the usual one is). Else S at 0.875. Exports, TFLite and ONNX always serve the usual view
+  (image_size(params, training=False))."""
   size = image_size(params, training=False)
   if params.get('tta') in CROP_TTA:
     return size + crop_padding(size), 1.0

@@ -145,9 +145,21 @@ def one_deployed_file_to_predict_with(p: Mapping[str, Any]) -> Optional[str]:
 
 
 def target_threshold_needs_bce(p: Mapping[str, Any]) -> Optional[str]:
-  if p['bce_target_threshold'] is not None and p['loss'] != 'binary_cross_entropy':
-    return (f'bce_target_threshold={p["bce_target_threshold"]} thresholds binary cross-entropy targets, but '
-            f'loss={p["loss"]}: set loss=binary_cross_entropy or unset bce_target_threshold')
+  threshold = p['bce_target_threshold']
+  if threshold is not None and p['loss'] != 'binary_cross_entropy':
+    return (f'bce_target_threshold={threshold} thresholds binary cross-entropy targets, but loss={p["loss"]}: set '
+            'loss=binary_cross_entropy or unset bce_target_threshold')
+  if threshold is not None and p['class_weights'] and (p['mixup_alpha'] or p['cutmix_alpha']):
+    return (f'bce_target_threshold={threshold} with class_weights and mixup/CutMix: a mixed target row is weighed by '
+            'its classes\' weights, so the weights would decide which classes pass the threshold. Use two of the '
+            'three')
+  return None
+
+
+def teacher_depth_needs_a_teacher(p: Mapping[str, Any]) -> Optional[str]:
+  if p['teacher_resnet_depth'] is not None and not p['teacher_checkpoint']:
+    return (f'teacher_resnet_depth={p["teacher_resnet_depth"]} is the depth of a distillation teacher, but '
+            'teacher_checkpoint is unset: name the teacher, or unset teacher_resnet_depth')
   return None
 
 
@@ -169,7 +181,7 @@ RULES: Tuple[Callable[[Mapping[str, Any]], Optional[str]], ...] = (
     head_only_steps_need_momentum,
     frozen_batch_norm_needs_batch_norm, one_class_weight_per_class, no_transposed_input,
     one_deployed_file_to_predict_with, target_threshold_needs_bce,
-    size_schedule_reaches_image_size)
+    teacher_depth_needs_a_teacher, size_schedule_reaches_image_size)
 
 # Raises ValueError naming what is wrong. A validator with a ``keys`` attribute checks those keys fully, each on its
 # own too (model_config.validate): the table's per-key check leaves them to it, so no rule runs twice.

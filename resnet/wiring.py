@@ -53,7 +53,11 @@ def train_input(params: Params) -> TrainInput:
   if not stages:
     source = input_source(params, 'train')
     return TrainInput([source], source.input_fn)
-  sources = [imagenet_input.ImageNetInput.from_params(params, split='train', image_size=size) for _, size in stages]
+  # Each stage's pipeline starts afresh: a seeded run gives each its own seed, so that later stages do not replay
+  # the first stage's order and augmentation draws.
+  seed = lambda i: None if params.random_seed is None else params.random_seed + i
+  sources = [imagenet_input.ImageNetInput.from_params(params, split='train', image_size=size, seed=seed(i))
+             for i, (_, size) in enumerate(stages)]
   logging.info('Progressive resizing (train_size_schedule): %s; eval at %d px.',
                ', '.join(f'{size} px from step {start}' for start, size in stages),
                resnet_preprocessing.image_size(params, training=False))
@@ -140,7 +144,8 @@ def warm_start_if_new(estimator: Estimator, params: Params) -> None:
                  estimator.latest_checkpoint(), params.resnet_checkpoint)
     return
   from resnet.weights import warm_start  # pylint: disable=g-import-not-at-top
-  estimator.build('train')
+  # The model alone: --mode=export of warm-start weights must not need training's objects (a teacher's file).
+  estimator.build('predict')
   warm_start.warm_start(estimator.scope.get(resnet_model_fn.MODEL), params.resnet_checkpoint,
                         allow_partial=params.allow_partial_warm_start)
   ema = resnet_model_fn.moving_average(estimator.scope)

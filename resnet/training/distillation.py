@@ -13,7 +13,7 @@ of the step, the optimizer never sees them, and checkpoints do not hold them (th
 ``teacher_checkpoint`` at every start, a resume too).
 """
 import os
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Tuple
 
 from absl import logging
 import keras
@@ -108,5 +108,5 @@ def combine(task: tf.Tensor, soft: tf.Tensor, example_weight: tf.Tensor, params:
   return (1.0 - weight) * task + weight * example_weight * soft
 
 
-def teacher_logits(teacher: Optional[keras.Model], images: tf.Tensor) -> Optional[tf.Tensor]:
-  return None if teacher is None else tf.stop_gradient(tf.cast(teacher(images, training=False), tf.float32))
+def teacher_logits(teacher: keras.Model, images: tf.Tensor) -> tf.Tensor:
+  return tf.stop_gradient(tf.cast(teacher(images, training=False), tf.float32))

@@ -8,8 +8,10 @@ uniform guess scores ``ln K`` with ``class_weight_normalization=weight_sum`` (th
 ``ln K * E[w_y]`` with ``batch_size``, E over the classes' training frequencies (summary.json's counts; uniform
 where the data has none, as synthetic labels are). ``balanced`` weights make E[w_y] = 1.
 
-Under ``loss=binary_cross_entropy`` the uniform guess is a sigmoid of 0.5 for every class (logits 0, where an
-untrained head starts): ``ln 2`` per class whatever the targets, so ``ln 2`` takes ``ln K``'s place.
+Under ``loss=binary_cross_entropy`` the uniform guess is a sigmoid of 1/K for every class (where the head's prior
+init starts, resnet_model_fn.build_model): ``(ln K + (K - 1) ln(K / (K - 1))) / K`` per class against a one-hot,
+about ``(1 + ln K) / K``, takes ``ln K``'s place. (``ln 2``, every sigmoid at 0.5, would be ~90 times a healthy
+1000-class loss: the guard would miss an explosion.)
 """
 import math
 from typing import Any, Mapping, Optional, Sequence, Tuple
@@ -47,7 +49,8 @@ def uniform_guess_loss(params: Mapping[str, Any],
   classes = max(int(params['num_label_classes']), 2)
   chance, named = math.log(classes), f'ln {classes}'
   if params.get('loss') == 'binary_cross_entropy':
-    chance, named = math.log(2.0), 'ln 2, binary cross-entropy at p=0.5'
+    chance = (math.log(classes) + (classes - 1) * math.log(classes / (classes - 1))) / classes
+    named = f'binary cross-entropy of sigmoids at 1/{classes}'
   weights = params['class_weights']
   if not weights or isinstance(weights, str) or params['class_weight_normalization'] == 'weight_sum':
     return chance, named

@@ -45,6 +45,12 @@ def dtype_policy(precision: str) -> str:
 
 def build_model(params: Mapping[str, Any]) -> keras.Model:
   model = resnet_model.resnet(ModelConfig.from_params(params), dtype_policy(params['precision']))
+  if params['loss'] == 'binary_cross_entropy':
+    # Each sigmoid starts at the class prior 1/K (RetinaNet's prior init), not 0.5: an untrained head then scores
+    # what the divergence guard calls chance, and BCE's small per-class gradients need not first pull K biases down
+    # from 0. A warm start that copies a head replaces it; a checkpoint restore too.
+    tf1_names.tf1_variable_map(model)['dense/bias'].assign(
+        tf.fill([params['num_label_classes']], -math.log(max(params['num_label_classes'] - 1, 1))))
   fine_tuning.log_settings(params)
   if params['freeze_batch_norm']:
     frozen = fine_tuning.freeze_batch_norm_statistics(model)
@@ -271,7 +277,7 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   if mix.enabled:
     images, targets = mixing.mix(images, targets, mix, mixing.mix_seed(step, params['random_seed']))
   denominator = _loss_denominator(targets, params, replicas)
-  loss_of, targets = _data_loss(scope, images, targets, params)
+  loss_of = _data_loss(scope, params)
 
   def scaled_loss(data_sum: tf.Tensor, with_decay: bool) -> Tuple[tf.Tensor, tf.Tensor]:
     """(loss, loss as the optimizer differentiates it): this replica's share of the batch mean, plus its share
@@ -290,7 +296,7 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   else:
     with tf.GradientTape() as tape:
       logits = forward(images)
-      data_sum, task_sum = loss_of(logits, targets)
+      data_sum, task_sum = loss_of(images, logits, targets)
       loss, scaled = scaled_loss(data_sum, with_decay=True)
     gradients = tape.gradient(scaled, variables)
     spread = _output_spread(logits)
@@ -314,30 +320,23 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
                        mean_scalars=means)
 
 
-LossOf = Callable[[tf.Tensor, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
+LossOf = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
 
 
-def _data_loss(scope: ObjectScope, images: tf.Tensor, targets: tf.Tensor,
-               params: Mapping[str, Any]) -> Tuple[LossOf, tf.Tensor]:
-  """(loss_of, its targets): ``loss_of(logits, targets)`` gives the batch's summed (data loss, task loss), the
-  task loss being against the labels alone (the CROSS_ENTROPY scalar, which the divergence guard reads). With a
-  distillation teacher, its logits of these (mixed) images ride along as the targets' last K columns, so that
-  gradient accumulation slices them with the targets."""
+def _data_loss(scope: ObjectScope, params: Mapping[str, Any]) -> LossOf:
+  """``loss_of(images, logits, targets)``: the (micro-)batch's summed (data loss, task loss), the task loss being
+  against the labels alone (the CROSS_ENTROPY scalar, which the divergence guard reads). A distillation teacher
+  answers the same (mixed) images there, one micro-batch at a time under gradient accumulation."""
   teacher = scope.get(distillation.TEACHER)
-  if teacher is None:
-    def plain(logits: tf.Tensor, y: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-      task = tf.reduce_sum(per_example_loss(logits, y, params))
-      return task, task
-    return plain, targets
-  classes = params['num_label_classes']
 
-  def distilled(logits: tf.Tensor, y: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    labels_part, teacher_part = y[:, :classes], y[:, classes:]
-    task = per_example_loss(logits, labels_part, params)
-    soft = distillation.soft_loss(logits, teacher_part, params['distill_temperature'])
-    weights = tf.reduce_sum(labels_part, axis=-1)   # each example's class weight (1 without)
+  def loss_of(images: tf.Tensor, logits: tf.Tensor, targets: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    task = per_example_loss(logits, targets, params)
+    if teacher is None:
+      return tf.reduce_sum(task), tf.reduce_sum(task)
+    soft = distillation.soft_loss(logits, distillation.teacher_logits(teacher, images), params['distill_temperature'])
+    weights = tf.reduce_sum(targets, axis=-1)   # each example's class weight (1 without)
     return tf.reduce_sum(distillation.combine(task, soft, weights, params)), tf.reduce_sum(task)
-  return distilled, tf.concat([targets, distillation.teacher_logits(teacher, images)], axis=-1)
+  return loss_of
 
 
 def _output_spread(logits: tf.Tensor) -> Optional[tf.Tensor]:
@@ -380,7 +379,7 @@ def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables:
     y = tf.slice(targets, [start, 0], [micro, -1])
     with tf.GradientTape() as tape:
       logits = forward(x)
-      data_sum, task_sum = loss_of(logits, y)
+      data_sum, task_sum = loss_of(x, logits, y)
       loss, scaled = scaled_loss(data_sum, with_decay=False)
     gradients = tape.gradient(scaled, variables)
     spread = _output_spread(logits)

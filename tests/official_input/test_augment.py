@@ -181,7 +181,7 @@ def test_trivialaugment_wide_bins_are_torchvisions():
   for name, end in expected_ends.items():
     np.testing.assert_allclose(table[name][0], np.linspace(0.0, end, 31))
     assert table[name][1]
-  np.testing.assert_allclose(table['Solarize'][0], np.linspace(256.0, 0.0, 31))
+  np.testing.assert_allclose(table['Solarize'][0], np.linspace(255.0, 0.0, 31))   # torchvision since 0.12
   # torchvision: 8 - round(i / 5) bits, 8 for the first bins down to 2.
   assert table['Posterize'][0] == tuple([8.0] * 3 + [7.0] * 5 + [6.0] * 5 + [5.0] * 5 + [4.0] * 5 + [3.0] * 5 +
                                         [2.0] * 3)

@@ -326,8 +326,8 @@ def test_erasing_a_seeded_training_image_keeps_its_crop_and_flip():
 @pytest.mark.parametrize('tta,view', [('none', (224, 0.875)), ('flip', (224, 0.875)), ('five_crop', (256, 1.0)),
                                       ('ten_crop', (256, 1.0))])
 def test_multi_crop_tta_reads_the_whole_short_side_at_s_plus_pad(tta, view):
-  """torchvision's Resize(256) + FiveCrop(224): the square of the whole short side at 256, whose centre 224 crop is
-  the usual 0.875 eval crop."""
+  """The centred square of the whole short side at 256 (for 224), whose centre 224 crop is the usual 0.875 eval
+  crop (torchvision's Resize(256) + FiveCrop(224) crops the whole rectangle: see eval_view)."""
   assert rp.eval_view({'image_size': 224, 'eval_image_size': None, 'tta': tta}) == view
   assert rp.eval_view({'image_size': 64, 'eval_image_size': 96, 'tta': tta})[0] == (96 if tta in ('none', 'flip')
                                                                                      else 96 + 14)

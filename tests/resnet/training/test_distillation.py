@@ -179,3 +179,6 @@ def test_teachers_that_cannot_teach_are_refused_naming_why(tmp_path, teacher_dir
                                                   teacher_resnet_depth=18), 'float32')
   with pytest.raises(ValueError, match='distill_weight'):
     tiny.resnet_params(tmp_path / 'f', distill_weight=1.5)
+  with pytest.raises(ValueError, match='teacher_resnet_depth=50 is the depth of a distillation teacher, but '
+                                       'teacher_checkpoint is unset'):
+    tiny.resnet_params(tmp_path / 'g', teacher_resnet_depth=50)

@@ -34,17 +34,24 @@ def test_a_uniform_guess_scores_ln_k_times_the_frequency_weighted_class_weight()
   assert divergence.uniform_guess_loss(base, None)[0] == pytest.approx(math.log(2) * 50.5)
 
 
-def test_under_binary_cross_entropy_a_uniform_guess_scores_ln_2_what_an_untrained_head_starts_at():
+def test_under_binary_cross_entropy_a_uniform_guess_is_every_sigmoid_at_1_over_k_where_the_head_starts(tmp_path):
+  """Not ln 2 (every sigmoid at 0.5): that is ~90 times a healthy 1000-class BCE loss, and the guard would miss
+  an explosion; nor ln K, the softmax loss's."""
+  from resnet.model import tf1_names  # pylint: disable=import-outside-toplevel
   from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
-  bce = dict(num_label_classes=100, class_weights=None, class_weight_normalization='batch_size',
+  from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
+  bce = dict(num_label_classes=1000, class_weights=None, class_weight_normalization='batch_size',
              loss='binary_cross_entropy', bce_target_threshold=None)
   chance, how = divergence.uniform_guess_loss(bce, None)
-  assert chance == pytest.approx(math.log(2)) and 'binary cross-entropy' in how  # not ln 100 = 4.6
-  # logits 0 (sigmoid 0.5) score it whatever the targets: smoothed, thresholded, one-hot.
-  targets = tf.constant([[0.9, 0.05, 0.05], [0.0, 1.0, 0.0]])
-  for threshold in (None, 0.2):
-    loss = resnet_model_fn.per_example_loss(tf.zeros([2, 3]), targets, dict(bce, bce_target_threshold=threshold))
-    assert loss.numpy() == pytest.approx([math.log(2)] * 2)
+  assert chance == pytest.approx((1 + math.log(1000)) / 1000, rel=1e-3) and 'sigmoids at 1/1000' in how
+  # An untrained head's logits are the prior's, and score it on a one-hot target.
+  params = tiny.resnet_params(tmp_path, num_label_classes=4, loss='binary_cross_entropy')
+  bias = tf1_names.tf1_variable_map(resnet_model_fn.build_model(params))['dense/bias'].numpy()
+  assert bias == pytest.approx([-math.log(3)] * 4)
+  loss = resnet_model_fn.per_example_loss(tf.constant([bias]), tf.constant([[0.0, 1.0, 0.0, 0.0]]), params)
+  assert float(loss[0]) == pytest.approx(divergence.uniform_guess_loss(dict(bce, num_label_classes=4), None)[0])
+  softmax = tiny.resnet_params(tmp_path, num_label_classes=4)
+  assert not tf1_names.tf1_variable_map(resnet_model_fn.build_model(softmax))['dense/bias'].numpy().any()
   weighted = dict(bce, num_label_classes=2, class_weights=[1.0, 100.0])
   assert divergence.uniform_guess_loss(weighted, [0.99, 0.01])[0] == pytest.approx(math.log(2) * 1.99)
 

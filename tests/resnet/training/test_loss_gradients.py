@@ -40,9 +40,11 @@ CASES = {  # name: params overrides
     # inside the distributed step (tests/resnet/model/test_cpu_kernels.py checks them against TensorFlow's own).
     'cpu_kernels': dict(conv1x1_filter_grad='matmul', residual_add_relu='xla', label_smoothing=0.1),
     'bce_smoothed': dict(loss='binary_cross_entropy', label_smoothing=0.2),
-    # Mixed, smoothed, weighted targets, then thresholded: the threshold reads the row / its weight.
-    'bce_threshold_weighted_mixed': dict(loss='binary_cross_entropy', bce_target_threshold=0.2, label_smoothing=0.1,
-                                         class_weights=WEIGHTS, mixup_alpha=1.0),
+    # Smoothed, mixed, then thresholded (timm's order); weighted and mixed: each source's weighted loss.
+    'bce_threshold_mixed': dict(loss='binary_cross_entropy', bce_target_threshold=0.2, label_smoothing=0.1,
+                                mixup_alpha=1.0, cutmix_alpha=1.0),
+    'bce_weighted_mixed': dict(loss='binary_cross_entropy', label_smoothing=0.1, class_weights=WEIGHTS,
+                               mixup_alpha=1.0),
 }
 
 
@@ -76,6 +78,9 @@ def test_a_target_threshold_without_binary_cross_entropy_is_refused(tmp_path):
     tiny.resnet_params(tmp_path, bce_target_threshold=0.2)
   with pytest.raises(ValueError, match='bce_target_threshold'):
     tiny.resnet_params(tmp_path, loss='binary_cross_entropy', bce_target_threshold=1.0)
+  with pytest.raises(ValueError, match='weights would decide which classes pass the threshold'):
+    tiny.resnet_params(tmp_path, loss='binary_cross_entropy', bce_target_threshold=0.2, num_label_classes=3,
+                       class_weights=WEIGHTS, mixup_alpha=0.2)
   with pytest.raises(ValueError, match="one of \\['softmax_cross_entropy', 'binary_cross_entropy'\\]"):
     tiny.resnet_params(tmp_path, loss='bce')
 
@@ -173,7 +178,7 @@ def test_one_device_step_gradient_equals_the_hand_formulation(tmp_path, case):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('case', ['weighted_mixed', 'weighted_weight_sum', 'smoothed', 'cpu_kernels',
-                                  'bce_threshold_weighted_mixed'])
+                                  'bce_weighted_mixed'])
 def test_two_replica_step_gradient_equals_the_hand_formulation(tmp_path, case):
   real, expected, _ = _real_and_expected(tmp_path, case, replicas=2)
   _assert_close(real, expected, 2e-3)
