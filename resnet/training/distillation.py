@@ -46,6 +46,12 @@ def teacher_config(params: Mapping[str, Any]) -> Tuple[ModelConfig, str, bool]:
     source = f'{path} ({header.title()})'
     values = {**header.variant, 'resnet_depth': header.depth, 'num_label_classes': header.num_classes}
   else:
+    try:
+      warm_start.resolve_checkpoint(path)
+    except FileNotFoundError as e:  # moved or deleted since the run started: resuming needs it again
+      raise FileNotFoundError(f'teacher_checkpoint: {e} The teacher is read from there at every start of training '
+                              '(it is not saved with the student): restore it, or point --teacher_checkpoint at '
+                              'where it is now.') from None
     directory = path if foreign_weights.is_directory(path) else os.path.dirname(path)
     recorded = model_dir_lib.recorded_params(directory) or {}
     if recorded:

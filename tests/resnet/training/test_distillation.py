@@ -177,6 +177,9 @@ def test_teachers_that_cannot_teach_are_refused_naming_why(tmp_path, teacher_dir
   with pytest.raises(ValueError, match=r'predicts 3 classes, the student num_label_classes=4'):
     distillation.build_teacher(tiny.resnet_params(tmp_path / 'e', num_label_classes=4, teacher_checkpoint=str(bare),
                                                   teacher_resnet_depth=18), 'float32')
+  with pytest.raises(FileNotFoundError, match=r'teacher_checkpoint: .*not found.* at every start of training'):
+    distillation.teacher_config(tiny.resnet_params(tmp_path / 'h', num_label_classes=CLASSES,
+                                                   teacher_checkpoint=str(tmp_path / 'moved')))
   with pytest.raises(ValueError, match='distill_weight'):
     tiny.resnet_params(tmp_path / 'f', distill_weight=1.5)
   with pytest.raises(ValueError, match='teacher_resnet_depth=50 is the depth of a distillation teacher, but '
