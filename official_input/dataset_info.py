@@ -143,6 +143,10 @@ def read_dataset_info(data_dir: Optional[str], labels_file: Optional[str] = None
   if not isinstance(summary, dict):
     raise ValueError(f'{path} must hold a JSON object, got {type(summary).__name__}.')
 
+  if summary.get('task', 'single_label') != 'single_label':
+    raise ValueError(f'{path} says task={summary.get("task")!r}: each image has any number of the classes. This '
+                     'version trains single-label classifiers only (multi-label training, a sigmoid loss and mAP, is '
+                     'not here yet); convert with one label per image to train on it.')
   labels_path = labels_file or os.path.join(data_dir, LABELS_FILE)
   names = _read_class_names(labels_path)
   recorded = _optional_int(summary.get('num_classes'), 'num_classes', path)

@@ -5,8 +5,9 @@ The seed's schema: ``image/encoded``, ``image/format``, ``image/class/label`` (1
 ``image/colorspace``/``image/channels``). Writers build Examples here and readers parse with ``FEATURE_SPEC`` so the
 two can never drift apart.
 """
-from typing import Mapping
+from typing import Mapping, Sequence, Union
 
+import numpy as np
 import tensorflow as tf
 
 ENCODED = 'image/encoded'
@@ -38,13 +39,15 @@ def _int64(value: int) -> tf.train.Feature:
   return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(value)]))
 
 
-def make_example(encoded: bytes, image_format: str, label: int, text: str, height: int, width: int,
-                 filename: str) -> tf.train.Example:
-  """One image as a tf.train.Example in the ImageNet-TFRecord schema above. ``label`` is 1-based."""
+def make_example(encoded: bytes, image_format: str, label: Union[int, Sequence[int]], text: str, height: int,
+                 width: int, filename: str) -> tf.train.Example:
+  """One image as a tf.train.Example in the ImageNet-TFRecord schema above. ``label`` is 1-based; a list is a
+  multi-label image's labels (one for single-label data, any number in multi-label data)."""
+  labels = [int(label)] if isinstance(label, (int, np.integer)) else [int(v) for v in label]
   return tf.train.Example(features=tf.train.Features(feature={
       ENCODED: _bytes(encoded),
       FORMAT: _bytes(image_format.encode()),
-      LABEL: _int64(label),
+      LABEL: tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
       TEXT: _bytes(text.encode()),
       HEIGHT: _int64(height),
       WIDTH: _int64(width),

@@ -51,6 +51,7 @@ if __package__ in (None, ''):  # Run as a script (like the reference): make the 
 from official_input.dataset_layout import LABELS_FILE, MIN_IMAGE_SIDE, SUMMARY_FILE  # pylint: disable=g-import-not-at-top
 from tools import clean_images  # pylint: disable=g-import-not-at-top
 from tools import labels_csv  # pylint: disable=g-import-not-at-top
+from tools import stratify  # pylint: disable=g-import-not-at-top
 
 SPLITS = ('train', 'validation', 'test')
 # Auto shard count: about one shard per this many source bytes, capped like the reference (1024/128) and at the
@@ -69,9 +70,10 @@ _HASH_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 class Item(NamedTuple):
-  """One source file and where it goes."""
+  """One source file and where it goes: its class, or in multi-label data its classes (class_name '')."""
   path: str
   class_name: str
+  labels: Tuple[str, ...] = ()
 
 
 class Plan(NamedTuple):
@@ -81,6 +83,7 @@ class Plan(NamedTuple):
   class_names: List[str]
   loose_files: List[str]  # Files outside any class folder, or no CSV row names (skipped and reported).
   link_skips: Sequence[Tuple[str, str]] = ()  # (path, why): links to folders or files already read
+  task: str = labels_csv.SINGLE_LABEL  # or MULTI_LABEL: a labels CSV with several labels (or none) per image
 
 
 def _visible(name: str) -> bool:
@@ -220,19 +223,20 @@ RATIO_LAYOUTS = ('class_folders', 'labels_csv')  # the layouts split by the rati
 
 
 def _csv_plan(raw_data_dir: str, csv_path: str, columns: labels_csv.Columns, max_classes: Optional[int],
-              ratios: Sequence[float], seed: int, walker: _Walker) -> Plan:
+              ratios: Sequence[float], seed: int, walker: _Walker, multi_label: bool = False) -> Plan:
   """Layout (d): the files a labels CSV names, with its labels; split by its split column, or per class by the
   ratios (stratified, as class folders are). Files no row names are skipped and reported."""
   if not os.path.isfile(csv_path):
     raise ValueError(f'--labels_csv {csv_path!r} is not a file.')
   files = walker.files(raw_data_dir)
-  rows, unnamed = labels_csv.read(csv_path, raw_data_dir, files, columns, max_classes)
+  rows, unnamed = labels_csv.read(csv_path, raw_data_dir, files, columns, max_classes, multi_label)
+  task = labels_csv.task(rows, multi_label)
+  if task == labels_csv.MULTI_LABEL:
+    return _multi_label_plan(rows, unnamed, raw_data_dir, csv_path, ratios, seed, walker)
   items = walker.unique([Item(row.path, row.label) for row in rows])
   kept = {item.path for item in items}
   names = labels_csv.sorted_class_names(row.label for row in rows)
-  if unnamed:
-    logging.warning('%d files under %s are not named in %s and are skipped (summary.json lists them), e.g. %s.',
-                    len(unnamed), raw_data_dir, csv_path, ', '.join(unnamed[:3]))
+  _warn_unnamed(unnamed, raw_data_dir, csv_path)
   if rows[0].split is None:
     by_class: Dict[str, List[Item]] = {c: [] for c in names}
     for item in items:
@@ -249,16 +253,45 @@ def _csv_plan(raw_data_dir: str, csv_path: str, columns: labels_csv.Columns, max
   return Plan('labels_csv_splits', {s: sorted(i) for s, i in splits.items()}, names, unnamed, walker.skips)
 
 
+def _warn_unnamed(unnamed: List[str], raw_data_dir: str, csv_path: str) -> None:
+  if unnamed:
+    logging.warning('%d files under %s are not named in %s and are skipped (summary.json lists them), e.g. %s.',
+                    len(unnamed), raw_data_dir, csv_path, ', '.join(unnamed[:3]))
+
+
+def _multi_label_plan(rows: List[labels_csv.Row], unnamed: List[str], raw_data_dir: str, csv_path: str,
+                      ratios: Sequence[float], seed: int, walker: _Walker) -> Plan:
+  """Multi-label rows: a split column's splits, or iterative stratification by the ratios (rare labels reach
+  validation and test; tools/stratify.py)."""
+  _warn_unnamed(unnamed, raw_data_dir, csv_path)
+  items = walker.unique([Item(row.path, '', row.labels) for row in rows])
+  names = labels_csv.sorted_class_names(label for row in rows for label in row.labels)
+  if rows[0].split is None:
+    by_path = {item.path: item for item in items}
+    keys = stratify.iterative_split([(item.path, item.labels) for item in items], ratios, seed)
+    splits = {split: sorted(by_path[key] for key in split_keys) for split, split_keys in zip(SPLITS, keys)}
+    layout = 'labels_csv'
+  else:
+    kept = {item.path for item in items}
+    splits = {s: sorted(Item(row.path, '', row.labels) for row in rows if row.split == s and row.path in kept)
+              for s in SPLITS}
+    layout = 'labels_csv_splits'
+    if not splits['train']:
+      raise ValueError(f'{csv_path}: no row has split train: the trainer needs train images.')
+  return Plan(layout, splits, names, unnamed, walker.skips, task=labels_csv.MULTI_LABEL)
+
+
 def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                     csv_path: Optional[str] = None, columns: labels_csv.Columns = labels_csv.Columns(),
-                    max_classes: Optional[int] = None) -> Plan:
-  """Detects the layout of raw_data_dir (or reads ``csv_path``, a labels CSV) and lists the files of each split
-  (train shuffled with the seed)."""
+                    max_classes: Optional[int] = None, multi_label: bool = False) -> Plan:
+  """Detects the layout of raw_data_dir (or reads ``csv_path``, a labels CSV; ``multi_label``: its data is
+  multi-label even where no row has several labels) and lists the files of each split (train shuffled with the
+  seed)."""
   if not os.path.isdir(raw_data_dir):
     raise ValueError(f'--raw_data_dir {raw_data_dir!r} is not a directory.')
   if csv_path:
     return _finish_plan(_csv_plan(raw_data_dir, csv_path, columns, max_classes, ratios, seed,
-                                  _Walker(raw_data_dir)), seed)
+                                  _Walker(raw_data_dir), multi_label), seed)
   dirs = _subdirs(raw_data_dir)
   expected = ('expected class folders (<root>/<class>/<images>), split folders (<root>/train/<class>/... with '
               'val/ or validation/, optionally test/), or the ImageNet layout (train/<synset>/*.JPEG, flat '
@@ -286,7 +319,7 @@ def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1)
 def _finish_plan(plan: Plan, seed: int) -> Plan:
   for path, why in plan.link_skips:
     logging.warning('Skipping %s: %s.', path, why)
-  used = {item.class_name for items in plan.splits.values() for item in items}
+  used = {name for items in plan.splits.values() for item in items for name in (item.labels or [item.class_name])}
   for c in plan.class_names:
     if c not in used:
       logging.warning('Class %r has no files; it still gets a label.', c)
@@ -369,11 +402,14 @@ def convert_dataset(raw_data_dir: str,
                     drop_leaked_images: bool = False,
                     labels_csv_path: Optional[str] = None,
                     csv_columns: labels_csv.Columns = labels_csv.Columns(),
-                    max_classes: Optional[int] = None) -> Dict[str, Any]:
+                    max_classes: Optional[int] = None,
+                    multi_label: bool = False) -> Dict[str, Any]:
   """Converts raw_data_dir to TFRecord shards, labels.txt and summary.json in output_dir; returns the summary.
 
   Shard counts of None are sized to the data (default_num_shards). Ratios apply to class folders and to a labels
-  CSV (``labels_csv_path``, read with ``csv_columns``) without a split column.
+  CSV (``labels_csv_path``, read with ``csv_columns``) without a split column; multi-label CSV data (several labels
+  per row, or ``multi_label``) is split by iterative stratification, and its records hold each image's list of
+  labels (none for a negative).
   max_image_side > 0 shrinks images whose longer side exceeds it (0 keeps every size). Validation and test images
   that are copies of an image of an earlier split (train, then validation) are reported, and with
   drop_leaked_images left out of their split.
@@ -388,7 +424,7 @@ def convert_dataset(raw_data_dir: str,
     raise ValueError(f'Output dir {output_dir} must not be inside raw_data_dir {raw_data_dir} '
                      '(it would be read as data).')
   start = time.time()
-  plan = plan_conversion(raw_data_dir, ratios, seed, labels_csv_path, csv_columns, max_classes)
+  plan = plan_conversion(raw_data_dir, ratios, seed, labels_csv_path, csv_columns, max_classes, multi_label)
   logging.info('Found the %s layout in %s: %s, %d classes.', plan.layout, raw_data_dir,
                ', '.join(f'{s} {len(plan.splits[s])} files' for s in SPLITS), len(plan.class_names))
   if plan.layout not in RATIO_LAYOUTS and ratios != (0.8, 0.1, 0.1):
@@ -427,12 +463,13 @@ def _new_summary(plan: Plan, raw_data_dir: str, output_dir: str, ratios: Sequenc
       'raw_data_dir': raw_data_dir,
       'output_dir': output_dir,
       'split_ratios': dict(zip(SPLITS, ratios)) if plan.layout in RATIO_LAYOUTS else None,
-      'task': 'single_label',  # a labels CSV with several labels per row is refused (tools/labels_csv.py)
+      'task': plan.task,  # multi_label: per_class counts each image under every label it has; negatives: none
       'seed': seed,
       'jpeg_quality': clean_images.JPEG_QUALITY,
       'num_classes': len(plan.class_names),
       'labels': {name: i + 1 for i, name in enumerate(plan.class_names)},
-      'splits': {s: {'images': 0, 'shards': [], 'per_class': {c: 0 for c in plan.class_names}} for s in SPLITS},
+      'splits': {s: {'images': 0, 'shards': [], 'per_class': {c: 0 for c in plan.class_names},
+                     **({'negatives': 0} if plan.task == labels_csv.MULTI_LABEL else {})} for s in SPLITS},
       'num_images': 0,
       'converted': {},  # reason -> {'count': n, 'examples': [paths]}
       'shards': {},  # shard file name -> {'records': n, 'bytes': b, 'sha256': hex digest}
@@ -558,12 +595,16 @@ def _write_shard(path: str, split: str, items: List[Item], results: Iterator[cle
           continue
         if result.converted:
           _count_conversion(summary, result.converted, item.path)
-        example = example_schema.make_example(result.encoded, 'JPEG', labels[item.class_name], item.class_name,
+        names = item.labels if summary['task'] == labels_csv.MULTI_LABEL else (item.class_name,)
+        example = example_schema.make_example(result.encoded, 'JPEG', [labels[n] for n in names], ' '.join(names),
                                               result.height, result.width, os.path.basename(item.path))
         writer.write(example.SerializeToString())
         records += 1
         stats['images'] += 1
-        stats['per_class'][item.class_name] += 1
+        for name in names:
+          stats['per_class'][name] += 1
+        if not names:
+          stats['negatives'] += 1
         summary['num_images'] += 1
     num_bytes, digest = _file_digest(tmp)
     os.replace(tmp, path)
@@ -717,8 +758,11 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       "default: a column named 'split' if there is one, else the ratios split the rows).",
                       flag_values=fv)
   flags.DEFINE_string('csv_label_separator', None, 'What separates several labels in a --labels_csv cell '
-                      '(default: whitespace, Kaggle\'s convention); rows with several labels are refused.',
+                      '(default: whitespace, Kaggle\'s convention); rows with several labels make multi-label data.',
                       flag_values=fv)
+  flags.DEFINE_boolean('csv_multi_label', False, 'The --labels_csv data is multi-label (an image has any number of '
+                       'the classes; an empty label cell is a negative) even where no row has several labels.',
+                       flag_values=fv)
   flags.DEFINE_integer('max_classes', None, 'The most classes --labels_csv may give (default: at most half the '
                        'rows, from 20 rows: more says the label column is another column).', lower_bound=1,
                        flag_values=fv)
@@ -755,7 +799,8 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
   if not fv.local_scratch_dir:
     raise app.UsageError('--local_scratch_dir is required (the records are written there, then uploaded).')
   csv_flags = [f'--{n}' for n in ('csv_path_column', 'csv_label_column', 'csv_split_column', 'csv_label_separator',
-                                   'max_classes') if fv[n].value is not None]
+                                   'max_classes') if fv[n].value is not None] + (
+                                       ['--csv_multi_label'] if fv.csv_multi_label else [])
   if csv_flags and not fv.labels_csv:
     raise app.UsageError(f'{", ".join(csv_flags)} describe a labels CSV: give it with --labels_csv=FILE.')
   upload = fv.gcs_upload if fv.gcs_upload is not None else bool(fv.gcs_output_path)
@@ -775,7 +820,7 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
         drop_leaked_images=fv.drop_leaked_images, labels_csv_path=fv.labels_csv,
         csv_columns=labels_csv.Columns(fv.csv_path_column, fv.csv_label_column, fv.csv_split_column,
                                        fv.csv_label_separator),
-        max_classes=fv.max_classes)
+        max_classes=fv.max_classes, multi_label=fv.csv_multi_label)
     print(format_summary(summary))
     if upload:
       upload_outputs(fv.local_scratch_dir, fv.gcs_output_path, fv.overwrite)

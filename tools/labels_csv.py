@@ -4,8 +4,12 @@ that names every bad row (the converter writes nothing then).
 Data often arrives as a folder of images plus a CSV mapping each file to its label (Kaggle's ``image_name,tags``,
 paths without extension; ``Id,Target``). A ``split`` column (train / validation / val / test), when there is one,
 keeps the split it gives; the path and label columns are the first two others unless named; a path is relative to
-the image folder, with or without its image extension. One label per row: rows with several labels or none are
-multi-label data, which the trainer does not learn yet, and are refused naming the first such rows.
+the image folder, with or without its image extension.
+
+One label per row gives single-label data. Rows with several labels (space-separated, Kaggle's convention; another
+separator by --csv_label_separator) make the whole CSV multi-label data (``--csv_multi_label`` says so when no row
+has several); there an empty label cell is an image with none of the classes, a valid negative, kept and counted.
+In single-label data an empty cell is an error.
 """
 import csv
 import dataclasses
@@ -20,9 +24,22 @@ MAX_LISTED = 5  # bad rows named in an error; the rest are counted
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-  path: str             # the file it names (absolute)
-  label: str
-  split: Optional[str]  # 'train', 'validation', 'test', or None without a split column
+  path: str                 # the file it names (absolute)
+  labels: Tuple[str, ...]   # one in single-label data; any number (none: a negative) in multi-label data
+  split: Optional[str]      # 'train', 'validation', 'test', or None without a split column
+
+  @property
+  def label(self) -> str:
+    """The label of a single-label row."""
+    return self.labels[0]
+
+
+SINGLE_LABEL, MULTI_LABEL = 'single_label', 'multi_label'
+
+
+def task(rows: Sequence[Row], multi_label: bool = False) -> str:
+  """MULTI_LABEL when asked, or when a row has several labels or none; else SINGLE_LABEL."""
+  return MULTI_LABEL if multi_label or any(len(row.labels) != 1 for row in rows) else SINGLE_LABEL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,14 +110,14 @@ def sorted_class_names(names) -> List[str]:
 
 
 def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns = Columns(),
-         max_classes: Optional[int] = None) -> Tuple[List[Row], List[str]]:
+         max_classes: Optional[int] = None, multi_label: bool = False) -> Tuple[List[Row], List[str]]:
   """(rows, files under ``image_dir`` that no row names). ``files``: every image file under ``image_dir``.
 
   ValueError, naming the rows, for: a column that is not there (or named for two roles), an unreadable file, rows
-  naming no file (as written, nor with an image extension), names matching several files, a file named twice, empty
-  label cells, several labels in a cell (multi-label), an unknown split, and a label vocabulary larger than
-  ``max_classes`` (None: more classes than half the rows, from 20 rows, which says the label column is probably
-  another column)."""
+  naming no file (as written, nor with an image extension), names matching several files, a file named twice, a
+  label named twice in one cell, empty label cells in single-label data (``multi_label`` False and no row with
+  several labels), an unknown split, and a label vocabulary larger than ``max_classes`` (None: more classes than
+  half the rows, from 20 rows, which says the label column is probably another column)."""
   try:
     with open(csv_path, newline='', encoding='utf-8-sig') as f:
       table = [r for r in csv.reader(f) if any(cell.strip() for cell in r)]
@@ -117,7 +134,7 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
   exact, stems = _file_index(image_dir, files)
   csv_real = os.path.realpath(csv_path)
   rows: List[Row] = []
-  missing, ambiguous, empty, several, bad_split, short = [], [], [], [], [], []
+  missing, ambiguous, empty, repeated, bad_split, short = [], [], [], [], [], []
   first_row: Dict[str, int] = {}
   twice = []
   for number, cells in enumerate(body, start=2):  # line numbers as an editor shows them (the header is line 1)
@@ -139,10 +156,9 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
     labels = cells[label_i].split(columns.separator) if columns.separator else cells[label_i].split()
     labels = [label.strip() for label in labels if label.strip()]
     if not labels:
-      empty.append(f'line {number} ({name})')
-      continue
-    if len(labels) > 1:
-      several.append(f'line {number} ({name}: {" ".join(labels)})')
+      empty.append(f'line {number} ({name})')   # an error in single-label data only (below)
+    if len(set(labels)) < len(labels):
+      repeated.append(f'line {number} ({name}: {" ".join(labels)})')
       continue
     split = None
     if split_i is not None:
@@ -154,7 +170,9 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
       twice.append(f'{name} on lines {first_row[path]} and {number}')
       continue
     first_row[path] = number
-    rows.append(Row(path, labels[0], split))
+    rows.append(Row(path, tuple(labels), split))
+  if multi_label or any(len(row.labels) > 1 for row in rows):
+    empty = []   # negatives: images with none of the classes
   problems = []
   if short:
     problems.append(_listed(short, f'rows with fewer cells than the header ({len(header)})'))
@@ -166,12 +184,11 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
   if twice:
     problems.append(_listed(twice, 'files are named twice (each image must have one row)'))
   if empty:
-    problems.append(_listed(empty, f'rows have an empty {header[label_i]!r} cell (every image needs its label; '
-                                   'leave out images you cannot label)'))
-  if several:
-    problems.append(_listed(several, 'rows have several labels: multi-label data, which the trainer does not '
-                                     'learn yet (give one label per row; a separator other than whitespace: '
-                                     '--csv_label_separator)'))
+    problems.append(_listed(empty, f'rows have an empty {header[label_i]!r} cell (in single-label data every image '
+                                   'needs its label: leave out images you cannot label; multi-label data where an '
+                                   'image may have none of the classes: --csv_multi_label)'))
+  if repeated:
+    problems.append(_listed(repeated, 'rows name a label twice'))
   if bad_split:
     problems.append(_listed(bad_split, f'rows have an unknown {header[split_i]!r} value (use train, validation, '
                                        'val or test)'))
@@ -179,7 +196,7 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
     raise ValueError(f'{csv_path}: ' + '. '.join(problems) + '. Nothing was written.')
   if not rows:
     raise ValueError(f'{csv_path} has a header but no rows: expected one row per image.')
-  classes = {row.label for row in rows}
+  classes = {label for row in rows for label in row.labels}
   limit = max_classes if max_classes is not None else (len(rows) // 2 if len(rows) >= 20 else None)
   if limit is not None and len(classes) > limit:
     bound = f'--max_classes={max_classes}' if max_classes is not None else 'half the rows'

@@ -93,9 +93,9 @@ def test_a_csv_naming_class_folder_files_makes_the_same_records_as_the_folders(t
     ([('train_0', 'cat'), ('nope', 'dog')],
      r"1 rows name no file under .*images \(as written, nor with an image extension: .*\): line 3 'nope'"),
     ([('train_0', 'cat'), ('train_0.jpg', 'dog')], r'1 files are named twice .*train_0.jpg on lines 2 and 3'),
-    ([('train_0', 'cat'), ('train_1', '')], r"1 rows have an empty 'tags' cell .*line 3 \(train_1\)"),
-    ([('train_0', 'cat'), ('train_1', 'cat dog')], r'1 rows have several labels: multi-label .*line 3 '
-                                                    r'\(train_1: cat dog\)'),
+    ([('train_0', 'cat'), ('train_1', '')], r"1 rows have an empty 'tags' cell \(in single-label data .*"
+                                             r"--csv_multi_label\): line 3 \(train_1\)"),
+    ([('train_0', 'cat'), ('train_1', 'dog cat dog')], r'1 rows name a label twice: line 3 \(train_1: dog cat dog\)'),
     ([('train_0',)], r'1 rows with fewer cells than the header \(2\): line 2 has 1 cells'),
 ])
 def test_bad_rows_are_named_and_nothing_is_written(tmp_path, rows, message):
@@ -193,3 +193,59 @@ def test_class_numbers_sort_as_numbers_and_ties_keep_one_order():
   assert labels_csv.sorted_class_names(['10', '2', '01', '1']) == ['01', '1', '2', '10']
   assert labels_csv.sorted_class_names(['b', '10', '2']) == ['10', '2', 'b']
   assert labels_csv.sorted_class_names(['\u00b2', '1']) == ['1', '\u00b2']  # a superscript digit is not a number
+
+
+def _planet(root, n: int = 60):
+  """A Planet-shaped folder and CSV: names without extension, space-separated tags; 'haze' on 10 images only (a
+  rare label), 'clear' on most, 'water' on some, and every 12th image with no tags (a negative)."""
+  rows = []
+  for i in range(n):
+    _image(os.path.join(root, f'train_{i}.jpg'), i)
+    tags = [] if i % 12 == 11 else ['clear'] + (['water'] if i % 3 == 0 else []) + (['haze'] if i < 10 else [])
+    rows.append((f'train_{i}', ' '.join(tags)))
+  return str(root), rows
+
+
+def _record_labels(path):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  return [tuple(tf.train.Example.FromString(r).features.feature['image/class/label'].int64_list.value)
+          for r in tf.data.TFRecordDataset(path).as_numpy_iterator()]
+
+
+def test_a_multi_label_csv_converts_with_label_lists_negatives_and_stratified_splits(tmp_path):
+  raw, rows = _planet(tmp_path / 'images')
+  summary = _convert(raw, tmp_path / 'out', _csv(tmp_path / 'train.csv', rows))
+  assert summary['task'] == 'multi_label' and summary['labels'] == {'clear': 1, 'haze': 2, 'water': 3}
+  splits = summary['splits']
+  assert [splits[s]['images'] for s in ('train', 'validation', 'test')] == [48, 6, 6]
+  # The rare label reaches validation and test: 10 images at 0.8/0.1/0.1 are 8/1/1 (iterative stratification).
+  assert [splits[s]['per_class']['haze'] for s in ('train', 'validation', 'test')] == [8, 1, 1]
+  assert sum(splits[s]['per_class']['water'] for s in splits) == 20
+  assert sum(splits[s]['negatives'] for s in splits) == 5 and summary['num_images'] == 60
+  written = [labels for s in ('train', 'validation', 'test')
+             for shard in splits[s]['shards'] for labels in _record_labels(str(tmp_path / 'out' / shard))]
+  expected = sorted(tuple(sorted(summary['labels'][t] for t in tags.split())) for _, tags in rows)
+  assert sorted(tuple(sorted(labels)) for labels in written) == expected   # every image's labels, negatives empty
+  with pytest.raises(ValueError, match="task='multi_label'.*trains single-label classifiers only"):
+    from official_input import dataset_info  # pylint: disable=import-outside-toplevel
+    dataset_info.read_dataset_info(str(tmp_path / 'out'))
+
+
+def test_iterative_stratification_deals_rare_labels_to_every_split_by_the_ratios():
+  from tools import stratify  # pylint: disable=import-outside-toplevel
+  examples = [(f'a{i}', ('common',) + (('rare',) if i < 10 else ())) for i in range(100)]
+  examples += [(f'n{i}', ()) for i in range(20)]
+  splits = stratify.iterative_split(examples, (0.8, 0.1, 0.1), seed=3)
+  assert [len(s) for s in splits] == [96, 12, 12]
+  assert [sum(k in {f'a{i}' for i in range(10)} for k in s) for s in splits] == [8, 1, 1]
+  assert sorted(k for s in splits for k in s) == sorted(k for k, _ in examples)   # each example once
+  assert stratify.iterative_split(examples, (0.8, 0.1, 0.1), seed=3) == splits     # the seed decides
+  assert stratify.iterative_split(examples, (0.8, 0.1, 0.1), seed=4) != splits
+
+
+def test_csv_multi_label_keeps_negatives_where_no_row_has_several_labels(tmp_path):
+  raw, _ = _flat(tmp_path / 'images', n=4)
+  rows = [('train_0', 'cat'), ('train_1', ''), ('train_2', 'dog'), ('train_3', 'cat')]
+  summary = _convert(raw, tmp_path / 'out', _csv(tmp_path / 'labels.csv', rows), multi_label=True,
+                     train_ratio=0.5, validation_ratio=0.5, test_ratio=0.0)
+  assert summary['task'] == 'multi_label' and sum(summary['splits'][s]['negatives'] for s in summary['splits']) == 1
