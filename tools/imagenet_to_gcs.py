@@ -704,8 +704,14 @@ def format_summary(summary: Dict[str, Any], max_skipped: int = 20) -> str:
   for name, label in summary['labels'].items():
     counts = [summary['splits'][s]['per_class'][name] for s in splits]
     lines.append(f'{label:>5}  {name:<{width}}' + ''.join(f'  {n:>10}' for n in counts) + f'  {sum(counts):>10}')
+  if summary.get('task') == labels_csv.MULTI_LABEL:   # an image counts under each of its labels: rows overlap
+    width = max(width, len('no label'))
+    negatives = [summary['splits'][s]['negatives'] for s in splits]
+    lines.append(f'{"":>5}  {"no label":<{width}}' + ''.join(f'  {n:>10}' for n in negatives)
+                 + f'  {sum(negatives):>10}')
+    lines[0] += ' (multi-label: an image counts under each of its labels)'
   totals = [summary['splits'][s]['images'] for s in splits]
-  lines.append(f'{"":>5}  {"total":<{width}}' + ''.join(f'  {n:>10}' for n in totals) + f'  {sum(totals):>10}')
+  lines.append(f'{"":>5}  {"images":<{width}}' + ''.join(f'  {n:>10}' for n in totals) + f'  {sum(totals):>10}')
   lines.append(f'{"":>5}  {"shards":<{width}}' + ''.join(f'  {len(summary["splits"][s]["shards"]):>10}'
                                                            for s in splits))
   if summary.get('max_image_side'):

@@ -226,6 +226,11 @@ def test_a_multi_label_csv_converts_with_label_lists_negatives_and_stratified_sp
              for shard in splits[s]['shards'] for labels in _record_labels(str(tmp_path / 'out' / shard))]
   expected = sorted(tuple(sorted(summary['labels'][t] for t in tags.split())) for _, tags in rows)
   assert sorted(tuple(sorted(labels)) for labels in written) == expected   # every image's labels, negatives empty
+  table = conv.format_summary(summary)
+  assert 'multi-label: an image counts under each of its labels' in table
+  assert [line.split() for line in table.splitlines() if line.strip().startswith(('no label', 'images'))] == [
+      ['no', 'label', str(splits['train']['negatives']), str(splits['validation']['negatives']),
+       str(splits['test']['negatives']), '5'], ['images', '48', '6', '6', '60']]
   with pytest.raises(ValueError, match="task='multi_label'.*trains single-label classifiers only"):
     from official_input import dataset_info  # pylint: disable=import-outside-toplevel
     dataset_info.read_dataset_info(str(tmp_path / 'out'))
