@@ -113,13 +113,13 @@ PARAMS: Tuple[Param, ...] = (
       checks=('>= 32',)),
     P('train_size_schedule', None, "Progressive resizing (FFCV, timm's --train-size-schedule): training image sizes "
       'for equal shares of train_steps, in order, e.g. 128,160,224; the last must reach image_size (eval runs at '
-      'eval_image_size, unset = image_size). A new compiled loop per size. Unset = image_size throughout.', list, modes=TRAINING,
-      items=P('size', 224, '', int, checks=('>= 32',))),
+      'eval_image_size, unset = image_size). A new compiled loop per size. Unset = image_size throughout.', list,
+      modes=TRAINING, items=P('size', 224, '', int, checks=('>= 32',))),
     P('tta', 'none', "Test-time augmentation in eval and predict, the class probabilities averaged over the views "
       "(timm's --tta, torchvision's FiveCrop/TenCrop): flip = the image and its mirror image (2x the compute); "
       'five_crop = the centre and four corner crops of the centred square of the image resized to eval_image_size '
-      '/ 0.875 (5x); '
-      'ten_crop = those and their mirror images (10x). The exported SavedModel serves the single view.',
+      '/ 0.875 (5x); ten_crop = those and their mirror images (10x). The exported SavedModel serves the single '
+      'view.',
       choices=('none', 'flip', 'five_crop', 'ten_crop'), modes=('train_and_eval', 'eval', 'predict')),
     P('num_train_images', None, 'Training-set size (epochs, LR schedule); unset = from data_dir/summary.json, '
       'else ImageNet (1281167).', int, checks=('> 0',)),

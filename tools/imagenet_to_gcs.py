@@ -75,6 +75,11 @@ class Item(NamedTuple):
   class_name: str
   labels: Tuple[str, ...] = ()
 
+  @property
+  def label_names(self) -> Tuple[str, ...]:
+    """The classes the image is labelled with: its class, or its labels in multi-label data (none: a negative)."""
+    return (self.class_name,) if self.class_name else self.labels
+
 
 class Plan(NamedTuple):
   """What to convert: the layout found, the ordered items per split, class names (label = index + 1)."""
@@ -319,7 +324,7 @@ def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1)
 def _finish_plan(plan: Plan, seed: int) -> Plan:
   for path, why in plan.link_skips:
     logging.warning('Skipping %s: %s.', path, why)
-  used = {name for items in plan.splits.values() for item in items for name in (item.labels or [item.class_name])}
+  used = {name for items in plan.splits.values() for item in items for name in item.label_names}
   for c in plan.class_names:
     if c not in used:
       logging.warning('Class %r has no files; it still gets a label.', c)
@@ -595,7 +600,7 @@ def _write_shard(path: str, split: str, items: List[Item], results: Iterator[cle
           continue
         if result.converted:
           _count_conversion(summary, result.converted, item.path)
-        names = item.labels if summary['task'] == labels_csv.MULTI_LABEL else (item.class_name,)
+        names = item.label_names
         example = example_schema.make_example(result.encoded, 'JPEG', [labels[n] for n in names], ' '.join(names),
                                               result.height, result.width, os.path.basename(item.path))
         writer.write(example.SerializeToString())

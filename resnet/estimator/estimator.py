@@ -219,8 +219,10 @@ class Estimator:
       self.on_chief(lambda: path and checkpoints_lib.repair_state(self.model_dir, path),
                     'repair the checkpoint state file')
       self.restore(path)
-    if isinstance(input_fn, StagedInput):
-      input_fn = input_fn.at(int(self.global_step.numpy()))
+    self._use_input(input_fn.at(int(self.global_step.numpy())) if isinstance(input_fn, StagedInput) else input_fn)
+
+  def _use_input(self, input_fn: InputFn) -> None:
+    """Makes the train loop read ``input_fn``: a new one gets its iterator and a new compiled loop."""
     if self._train_input is None or self._train_input[0] is not input_fn:
       self._train_input = (input_fn, iter(self.distribute(input_fn, ModeKeys.TRAIN)))
       self._train_loop = None
@@ -267,8 +269,8 @@ class Estimator:
         while step < max_steps:
           boundaries = [max_steps, self._next_multiple(step, self.config.iterations_per_loop),
                         self._next_multiple(step, self.config.save_checkpoints_steps)]
-          if isinstance(input_fn, StagedInput):
-            self._prepare_training(input_fn)   # a new stage: its input and a new compiled loop
+          if isinstance(input_fn, StagedInput):   # a loop ends where the next stage starts, which reads its input
+            self._use_input(input_fn.at(step))
             boundaries += [b for b in (input_fn.next_start(step),) if b is not None]
           boundaries += [b for b in (h.next_boundary(step) for h in hooks) if b is not None and b > step]
           num_steps = min(boundaries) - step

@@ -70,14 +70,17 @@ def teacher_config(params: Mapping[str, Any]) -> Tuple[ModelConfig, str, bool]:
     raise ValueError(f'The teacher {source} has no classifier head: a teacher must predict the student\'s classes.')
   classes = values.setdefault('num_label_classes', params['num_label_classes'])
   if classes != params['num_label_classes']:
-    raise ValueError(f'The teacher {source} predicts {classes} classes, the student num_label_classes='
-                     f'{params["num_label_classes"]}: distillation needs the same classes in the same order. '
-                     'Fine-tune the teacher on this data first (--resnet_checkpoint=TEACHER, then '
-                     '--teacher_checkpoint=that run).')
+    raise _other_classes(source, classes, params['num_label_classes'])
   values['data_format'] = params['data_format']
   config = ModelConfig(**{key: value for key, value in values.items()
                           if key in ModelConfig.__dataclass_fields__ and value is not None})
   return config, source, moving_average
+
+
+def _other_classes(source: str, teacher: int, student: int) -> ValueError:
+  return ValueError(f'The teacher {source} predicts {teacher} classes, the student num_label_classes={student}: '
+                    'distillation needs the same classes in the same order. Fine-tune the teacher on this data '
+                    'first (--resnet_checkpoint=TEACHER, then --teacher_checkpoint=that run).')
 
 
 def build_teacher(params: Mapping[str, Any], dtype_policy: str) -> keras.Model:
@@ -86,9 +89,8 @@ def build_teacher(params: Mapping[str, Any], dtype_policy: str) -> keras.Model:
   teacher = resnet_model.resnet(config, dtype_policy)
   summary = warm_start.warm_start(teacher, params['teacher_checkpoint'], use_moving_average=moving_average)
   head = [(ckpt[-1], model[-1]) for name, ckpt, model in summary.skipped if name == 'dense/bias']
-  if head:
-    raise ValueError(f'The teacher {source} predicts {head[0][0]} classes, the student num_label_classes='
-                     f'{head[0][1]}: distillation needs the same classes in the same order.')
+  if head:   # a checkpoint whose classes nothing else said (a reference TF1 one)
+    raise _other_classes(source, *head[0])
   if summary.skipped or summary.missing:  # allow_partial is off: only the head can be left out
     raise warm_start.WarmStartMismatchError(f'The teacher {source} has no classifier head: a teacher must predict '
                                             "the student's classes.")

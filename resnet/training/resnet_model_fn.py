@@ -224,7 +224,8 @@ def inference_logits(model: keras.Model, images: tf.Tensor, params: RunParams) -
   views = tf.stack(tf.split(tf.cast(logits, tf.float32), count, axis=0))
   # Means of probabilities from log-probabilities: finite where a probability underflows in every view.
   log_mean = lambda log_probabilities: tf.reduce_logsumexp(log_probabilities, axis=0) - math.log(float(count))
-  if params['loss'] == 'binary_cross_entropy':  # log(p) - log(1 - p), p the mean sigmoid; log sigmoid(z) = -softplus(-z)
+  if params['loss'] == 'binary_cross_entropy':
+    # log(p) - log(1 - p), p the mean sigmoid; log sigmoid(z) = -softplus(-z).
     return log_mean(-tf.nn.softplus(-views)) - log_mean(-tf.nn.softplus(views))
   return log_mean(tf.nn.log_softmax(views))
 
@@ -331,11 +332,12 @@ def _data_loss(scope: ObjectScope, params: Mapping[str, Any]) -> LossOf:
 
   def loss_of(images: tf.Tensor, logits: tf.Tensor, targets: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     task = per_example_loss(logits, targets, params)
+    task_sum = tf.reduce_sum(task)
     if teacher is None:
-      return tf.reduce_sum(task), tf.reduce_sum(task)
+      return task_sum, task_sum
     soft = distillation.soft_loss(logits, distillation.teacher_logits(teacher, images), params['distill_temperature'])
     weights = tf.reduce_sum(targets, axis=-1)   # each example's class weight (1 without)
-    return tf.reduce_sum(distillation.combine(task, soft, weights, params)), tf.reduce_sum(task)
+    return tf.reduce_sum(distillation.combine(task, soft, weights, params)), task_sum
   return loss_of
 
 

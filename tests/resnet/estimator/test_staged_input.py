@@ -1,6 +1,6 @@
 """StagedInput (progressive resizing's mechanism, model-agnostic): loops end at each stage's first step, the next
-loop reads the new input through a new compiled loop (traced there, as at a run's start), a resumed run starts in its step's stage, and train_and_evaluate
-chunks keep it."""
+loop reads the new input through a new compiled loop (traced there, as at a run's start), on 1 device and 2
+mirrored replicas; a resumed run starts in its step's stage, and train_and_evaluate's chunks keep the stages."""
 import pytest
 import tensorflow as tf
 
@@ -37,26 +37,28 @@ class _Widths(hooks_lib.LoopHook):
     self.loops.append((step, int(logs['width'])))
 
 
-def _runner(model_dir):
+def _runner(model_dir, strategy=None):
   config = RunConfig(model_dir=str(model_dir), train_batch_size=8, eval_batch_size=8, predict_batch_size=8,
                      iterations_per_loop=4, save_checkpoints_steps=100)
-  return Estimator(_recording_model_fn, config, {})
+  return Estimator(_recording_model_fn, config, {}, strategy)
 
 
-def test_stages_switch_at_their_first_step_with_one_trace_each_and_a_resume_starts_in_its_stage(tmp_path):
+@pytest.mark.parametrize('replicas', [1, 2])
+def test_stages_switch_at_their_first_step_with_one_trace_each_and_a_resume_starts_in_its_stage(tmp_path, replicas):
+  strategy = toy.two_device_strategy() if replicas == 2 else None
   staged = StagedInput(((0, _input(4)), (6, _input(6)), (9, _input(8))))
   TRACED.clear()
-  runner, widths = _runner(tmp_path), _Widths()
+  runner, widths = _runner(tmp_path, strategy), _Widths()
   runner.train(staged, max_steps=7, hooks=[widths])
   assert widths.loops == [(4, 4), (6, 4), (7, 6)]      # the loop of 4 steps ends early at the stage's step 6
   # Traces only where a stage starts, as at a run's start: the single step's (which names the loop's scalars), then
-  # the multi-step loop's where a loop of several steps runs.
-  assert TRACED == [4, 4, 6]
+  # the multi-step loop's where a loop of several steps runs; each trace once per replica.
+  assert TRACED == [w for w in (4, 4, 6) for _ in range(replicas)]
   runner.save()
   TRACED.clear()
-  resumed, widths = _runner(tmp_path), _Widths()
+  resumed, widths = _runner(tmp_path, strategy), _Widths()
   resumed.train(staged, max_steps=12, hooks=[widths])  # restored at step 7: the second stage, then the third
-  assert widths.loops == [(8, 6), (9, 6), (12, 8)] and TRACED == [6, 8, 8]
+  assert widths.loops == [(8, 6), (9, 6), (12, 8)] and TRACED == [w for w in (6, 8, 8) for _ in range(replicas)]
 
 
 def test_train_and_evaluate_chunks_keep_the_stages(tmp_path):

@@ -179,3 +179,7 @@ def test_the_measured_images_are_spread_over_the_split(tmp_path):
   np.testing.assert_array_equal(first_images, every[:8][::2])
   with pytest.raises(host_images.NoImagesError, match='test'):
     host_images.host_images(params, 'test', 4)
+  # Multi-crop TTA reads larger eval images (37 px at 32); the exported file is measured on the usual view.
+  ten_crop = run_params.make_params({'data_dir': data_dir, 'image_size': 32, 'model_dir': str(tmp_path / 'mt'),
+                                     'tta': 'ten_crop'})
+  np.testing.assert_array_equal(host_images.host_images(ten_crop, 'validation', 16)[0], every)

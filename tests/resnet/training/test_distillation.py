@@ -2,6 +2,7 @@
 device and two replicas), the teacher never trains and is never saved, a resumed student reads it again, teachers
 come from a finished run or a torchvision file, and teachers that cannot teach are refused naming why."""
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -71,6 +72,10 @@ def _student(tmp_path, teacher: str, strategy=None, **overrides):
   return params, estimator
 
 
+def _input_once(params):
+  return tf.data.Dataset.from_tensor_slices((IMAGES, LABELS)).batch(params['batch_size'])
+
+
 def _input(params):
   return tf.data.Dataset.from_tensor_slices((IMAGES, LABELS)).repeat().batch(params['batch_size'], drop_remainder=True)
 
@@ -113,6 +118,21 @@ def test_one_step_gradient_is_the_distillation_formula(tmp_path, teacher_dir, re
     np.testing.assert_array_equal(b, v.numpy())
   optimized = {id(v) for v in model.trainable_variables}
   assert not any(id(v) in optimized for v in teacher.variables)
+
+
+@pytest.mark.slow
+def test_eval_predict_and_export_of_a_distilled_run_do_not_need_the_teacher(tmp_path, teacher_dir):
+  teacher = shutil.copytree(teacher_dir, tmp_path / 'teacher')
+  params, estimator = _student(tmp_path, str(teacher))
+  estimator.train(_input, max_steps=1)
+  shutil.rmtree(teacher)   # moved or deleted after training
+  later = tiny.resnet_estimator(params)   # the run's folder, days later
+  assert later.evaluate(_input_once)['global_step'] == 1
+  assert len(list(later.predict(lambda p: tf.data.Dataset.from_tensor_slices(IMAGES).batch(p['batch_size'])))) == 8
+  exported = later.export_saved_model(str(tmp_path / 'export'), resnet_model_fn.serving_inputs(params))
+  served = tf.saved_model.load(exported).signatures['serving_images'](images=tf.constant(IMAGES))
+  assert served['probabilities'].shape == (8, CLASSES)
+  assert later.scope.get(distillation.TEACHER) is None
 
 
 @pytest.mark.slow
