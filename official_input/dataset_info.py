@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from official_input.dataset_layout import LABELS_FILE, SUMMARY_FILE
 
+TASKS = ('single_label', 'multi_label')
 SPLIT_PARAMS = {'num_train_images': 'train', 'num_eval_images': 'validation', 'num_test_images': 'test'}
 CHECKED_PARAMS = ('num_label_classes',) + tuple(SPLIT_PARAMS)
 
@@ -33,6 +34,7 @@ class DatasetInfo:
   data_dir: str
   num_classes: int
   class_names: Tuple[str, ...]
+  task: str = 'single_label'   # or 'multi_label': each image has any number of the classes (label lists)
   num_train_images: Optional[int] = None
   num_eval_images: Optional[int] = None   # the validation split
   num_test_images: Optional[int] = None
@@ -143,10 +145,10 @@ def read_dataset_info(data_dir: Optional[str], labels_file: Optional[str] = None
   if not isinstance(summary, dict):
     raise ValueError(f'{path} must hold a JSON object, got {type(summary).__name__}.')
 
-  if summary.get('task', 'single_label') != 'single_label':
-    raise ValueError(f'{path} says task={summary.get("task")!r}: each image has any number of the classes. This '
-                     'version trains single-label classifiers only (multi-label training, a sigmoid loss and mAP, is '
-                     'not here yet); convert with one label per image to train on it.')
+  task = summary.get('task', 'single_label')
+  if task not in TASKS:
+    raise ValueError(f'{path} says task={task!r}, which this version does not know (it knows {", ".join(TASKS)}). '
+                     f'{_REWRITE}')
   labels_path = labels_file or os.path.join(data_dir, LABELS_FILE)
   names = _read_class_names(labels_path)
   recorded = _optional_int(summary.get('num_classes'), 'num_classes', path)
@@ -168,6 +170,7 @@ def read_dataset_info(data_dir: Optional[str], labels_file: Optional[str] = None
       data_dir=data_dir,
       num_classes=len(names) if names is not None else recorded,
       class_names=tuple(names or ()),
+      task=task,
       num_train_images=_split_count(summary, 'train', path),
       num_eval_images=_split_count(summary, 'validation', path),
       num_test_images=_split_count(summary, 'test', path),
@@ -191,7 +194,8 @@ def _class_counts(summary: Dict[str, Any], split: str, names: Optional[List[str]
 def balanced_class_weights(info: DatasetInfo, num_label_classes: int) -> List[float]:
   """One weight per model class, n_images / (n_classes x n_class) over the classes with training images (the
   'balanced' rule of scikit-learn and Keras users): every class then weighs as much in the loss. A class without
-  training images (a background class 0) gets 1. Raises ValueError when summary.json has no per-class counts."""
+  training images (a background class 0) gets 1. Multi-label data: each class's negatives / positives, the weight of
+  its positives. Raises ValueError when summary.json has no per-class counts."""
   counts = list(info.train_class_counts)
   if not counts:
     raise ValueError(f"class_weights=balanced needs the per-class training counts of {info.summary_path} "
@@ -199,6 +203,11 @@ def balanced_class_weights(info: DatasetInfo, num_label_classes: int) -> List[fl
                      'or give class_weights as a list, one weight per class.')
   if has_background_class(num_label_classes, len(counts)):
     counts = [0] + counts
+  if info.task == 'multi_label':
+    # Each class's positives against its negatives (PyTorch's BCEWithLogitsLoss pos_weight): a class's positives
+    # then weigh as much as its negatives.
+    images = info.num_train_images or 0
+    return [round((images - c) / c, 6) if 0 < c < images else 1.0 for c in counts]
   present = [c for c in counts if c > 0]
   total = sum(present)
   return [round(total / (len(present) * c), 6) if c > 0 else 1.0 for c in counts]

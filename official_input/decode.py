@@ -22,6 +22,7 @@ from official_input import parallelism
 from official_input import resnet_preprocessing
 from official_input.accounting import (BAD_FORMAT, BAD_LABEL, END_OF_DATA, OK, TOO_MANY_CLASSES, UNDECODABLE,
                                        UNPARSEABLE, InputAccounting)
+from official_input import sources
 from official_input.sources import RecordSource
 
 
@@ -42,28 +43,61 @@ class DecodeConfig:
   deterministic: bool = False  # keep element order in parallel stages (eval, or a seeded run)
   fast_decode: bool = False    # training: decode large JPEG crops at reduced DCT scale
   crop_fraction: float = resnet_preprocessing.CROP_FRACTION  # eval: share of the short side the centre crop keeps
+  multi_label: bool = False    # labels are multi-hot rows [num_classes] (0/1; padding and unknown: all -1)
 
   @property
   def image_shape(self) -> Tuple[int, int, int]:
     return (self.image_size, self.image_size, 3)
 
+  @property
+  def label_shape(self) -> Tuple[int, ...]:
+    """One record's label: a class id, or a multi-hot row."""
+    return (self.num_classes,) if self.multi_label else ()
+
+
+def unknown_labels(cfg: DecodeConfig, count: Any = None) -> tf.Tensor:
+  """The label of padding and unlabelled records (-1: a class id, or a multi-hot row of -1); ``count`` rows."""
+  shape = list(cfg.label_shape) if count is None else tf.concat([[count], tf.constant(cfg.label_shape, tf.int32)], 0)
+  return tf.fill(shape, -1)
+
+
+def _model_ids(stored: tf.Tensor, cfg: DecodeConfig) -> tf.Tensor:
+  return tf.cast(stored, tf.int32) - cfg.label_offset
+
 
 def record_labels(stored: tf.Tensor, cfg: DecodeConfig) -> tf.Tensor:
-  """Stored 1-based labels to model labels: minus 1, unless the model has a background class (1001 classes)."""
-  labels = tf.cast(stored, tf.int32) - cfg.label_offset
+  """Stored 1-based labels to model labels: minus 1, unless the model has a background class (1001 classes).
+  Multi-label: each record's list of them [..., n] (NO_LABEL-padded) to a multi-hot row [..., num_classes]."""
+  if cfg.multi_label:
+    if not cfg.source.labelled:
+      return unknown_labels(cfg, tf.size(stored)) if stored.shape.rank else unknown_labels(cfg)
+    ids = tf.where(stored == sources.NO_LABEL, -1, _model_ids(stored, cfg))
+    # one_hot of -1 or of an id past the head is a zero row; record_status names the latter.
+    return tf.minimum(tf.reduce_sum(tf.one_hot(ids, cfg.num_classes, dtype=tf.int32), axis=-2), 1)
+  labels = _model_ids(stored, cfg)
   if not cfg.check_labels:
     return tf.where(labels >= 0, labels, -1)
   return labels
 
 
-def record_status(encoded: tf.Tensor, labels: tf.Tensor, cfg: DecodeConfig) -> tf.Tensor:
+def _label_problems(stored: tf.Tensor, cfg: DecodeConfig) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(a label out of range, a label past the head) per record."""
+  ids = _model_ids(stored, cfg)
+  if cfg.multi_label:  # any of the record's labels; an empty list is a negative, a valid record
+    present = stored != sources.NO_LABEL
+    return (tf.reduce_any(tf.logical_and(present, ids < 0), axis=-1),
+            tf.reduce_any(tf.logical_and(present, ids >= cfg.num_classes), axis=-1))
+  return ids < 0, ids >= cfg.num_classes
+
+
+def record_status(encoded: tf.Tensor, stored: tf.Tensor, cfg: DecodeConfig) -> tf.Tensor:
   """OK, BAD_FORMAT or BAD_LABEL per record, from cheap checks that never raise (works on scalars or vectors)."""
   format_ok = resnet_preprocessing.image_format_ok(encoded)
   status = tf.where(format_ok, OK, BAD_FORMAT)
   if cfg.check_labels:
-    label_ok = tf.logical_and(labels >= 0, labels < cfg.num_classes)
-    status = tf.where(tf.logical_and(format_ok, tf.logical_not(label_ok)), BAD_LABEL, status)
-    status = tf.where(tf.logical_and(format_ok, labels >= cfg.num_classes), TOO_MANY_CLASSES, status)
+    below, past = _label_problems(stored, cfg)
+    status = tf.where(tf.logical_and(format_ok, tf.logical_or(below, past)), BAD_LABEL, status)
+    status = tf.where(tf.logical_and(format_ok, past), TOO_MANY_CLASSES, status)
   return tf.cast(status, tf.int32)
 
 
@@ -86,7 +120,7 @@ def pad_to_batch(batch: Dict[str, tf.Tensor], batch_size: int) -> Dict[str, tf.T
   pad = batch_size - tf.shape(batch['label'])[0]
   out = dict(batch)
   out['image'] = tf.pad(batch['image'], [[0, pad], [0, 0], [0, 0], [0, 0]])
-  out['label'] = tf.pad(batch['label'], [[0, pad]], constant_values=-1)
+  out['label'] = tf.pad(batch['label'], [[0, pad]] + [[0, 0]] * (batch['label'].shape.rank - 1), constant_values=-1)
   out['filename'] = tf.concat([batch['filename'], tf.fill([pad], '')], axis=0)
   return out
 
@@ -94,7 +128,7 @@ def pad_to_batch(batch: Dict[str, tf.Tensor], batch_size: int) -> Dict[str, tf.T
 def _set_batch_shape(batch: Dict[str, tf.Tensor], cfg: DecodeConfig) -> Dict[str, tf.Tensor]:
   out = dict(batch)
   out['image'] = tf.ensure_shape(batch['image'], (cfg.batch_size,) + cfg.image_shape)
-  out['label'] = tf.ensure_shape(batch['label'], [cfg.batch_size])
+  out['label'] = tf.ensure_shape(batch['label'], (cfg.batch_size,) + cfg.label_shape)
   out['filename'] = tf.ensure_shape(batch['filename'], [cfg.batch_size])
   out['status'] = tf.ensure_shape(batch['status'], [None])
   out['record_name'] = tf.ensure_shape(batch['record_name'], [None])
@@ -108,7 +142,7 @@ def decode_batch(records: tf.Tensor, cfg: DecodeConfig, seeds: Optional[tf.Tenso
   """
   encoded, stored, names = cfg.source.parse_batch(records)
   labels = record_labels(stored, cfg)
-  status = record_status(encoded, labels, cfg)
+  status = record_status(encoded, stored, cfg)
   check = tf.debugging.assert_equal(status, OK, message='bad record in batch')
   signature = tf.TensorSpec(cfg.image_shape, tf.float32)
   with tf.control_dependencies([check]):
@@ -125,7 +159,7 @@ def decode_batch(records: tf.Tensor, cfg: DecodeConfig, seeds: Optional[tf.Tenso
   return _set_batch_shape(batch, cfg)
 
 
-def _record_element(image: tf.Tensor, label: tf.Tensor, name: tf.Tensor, status) -> Dict[str, tf.Tensor]:
+def _record_element(image: tf.Tensor, label: Any, name: tf.Tensor, status) -> Dict[str, tf.Tensor]:
   return {'image': image, 'label': tf.cast(label, tf.int32), 'filename': name,
           'status': tf.constant(status, tf.int32) if isinstance(status, int) else status}
 
@@ -134,7 +168,7 @@ def _decode_one(record: tf.Tensor, cfg: DecodeConfig, seed: Optional[tf.Tensor] 
   """One record with its status; bad-but-harmless records get a zero image instead of raising."""
   encoded, stored, name = cfg.source.parse_one(record)
   label = record_labels(stored, cfg)
-  status = record_status(encoded, label, cfg)
+  status = record_status(encoded, stored, cfg)
   image = tf.cond(tf.equal(status, OK), lambda: _preprocess(encoded, cfg, seed),
                   lambda: tf.zeros(cfg.image_shape, tf.float32))
   return _record_element(image, label, name, status)
@@ -146,8 +180,9 @@ def _decode_one_or_marker(record: tf.Tensor, cfg: DecodeConfig, seed: Optional[t
   decoded = tf.data.Dataset.from_tensors(record).map(
       lambda r: _decode_one(r, cfg, seed)).ignore_errors(log_warning=True)
   undecodable = tf.data.Dataset.from_tensors(record).map(
-      lambda r: _record_element(zeros, -1, cfg.source.name_of(r), UNDECODABLE)).ignore_errors()
-  unparseable = tf.data.Dataset.from_tensors(_record_element(zeros, -1, tf.constant(''), UNPARSEABLE))
+      lambda r: _record_element(zeros, unknown_labels(cfg), cfg.source.name_of(r), UNDECODABLE)).ignore_errors()
+  unparseable = tf.data.Dataset.from_tensors(_record_element(zeros, unknown_labels(cfg), tf.constant(''),
+                                                             UNPARSEABLE))
   return decoded.concatenate(undecodable).concatenate(unparseable).take(1)
 
 
@@ -202,7 +237,7 @@ def decode_chunk(chunk: Any, cfg: DecodeConfig) -> tf.data.Dataset:
 
 def end_of_data_element(cfg: DecodeConfig) -> Dict[str, tf.Tensor]:
   return {'image': tf.zeros((cfg.batch_size,) + cfg.image_shape, cfg.dtype),
-          'label': tf.fill([cfg.batch_size], -1),
+          'label': unknown_labels(cfg, cfg.batch_size),
           'filename': tf.fill([cfg.batch_size], ''),
           'status': tf.constant([END_OF_DATA], tf.int32),
           'record_name': tf.constant([''])}
@@ -242,7 +277,8 @@ def build_batches(records: tf.data.Dataset, cfg: DecodeConfig, stats: InputAccou
   if not cfg.is_training:
     _, _, per_pipeline = ordering.context_ids(context)
     pad = to_outputs(pad_to_batch({'image': tf.zeros((0,) + cfg.image_shape, cfg.dtype),
-                                   'label': tf.zeros([0], tf.int32), 'filename': tf.zeros([0], tf.string)},
+                                   'label': tf.zeros((0,) + cfg.label_shape, tf.int32),
+                                   'filename': tf.zeros([0], tf.string)},
                                   cfg.batch_size), include_filename)
     ds = ordering.pad_batch_count(ds, per_pipeline, pad)
   return execution.finish(ds, deterministic)

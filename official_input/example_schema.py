@@ -31,6 +31,10 @@ FEATURE_SPEC: Mapping[str, tf.io.FixedLenFeature] = {
 }
 
 
+# Multi-label data: ``image/class/label`` is a list, any length (empty: a negative, an image of none of the classes).
+MULTI_LABEL_FEATURE_SPEC: Mapping[str, object] = {**FEATURE_SPEC, LABEL: tf.io.VarLenFeature(tf.int64)}
+
+
 def _bytes(value: bytes) -> tf.train.Feature:
   return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 

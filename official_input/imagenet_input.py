@@ -1,7 +1,7 @@
 """The ImageNet input pipeline: TFRecord shards (or synthetic tensors) to batches for one replica.
 
 ``ImageNetInput(...).input_fn(params)`` returns a ``tf.data.Dataset`` of ``(images [B, S, S, 3], labels int32 [B])``
-for a per-replica batch ``B = params['batch_size']`` and the input context the Estimator gives (``params.context``,
+(multi-label data: multi-hot labels [B, K]) for a per-replica batch ``B = params['batch_size']`` and the input context the Estimator gives (``params.context``,
 ``resnet.estimator.spec``), so it plugs into ``strategy.distribute_datasets_from_function`` through the Estimator.
 
 ``ImageNetInput.record_dataset`` is the whole pipeline, top to bottom; each stage lives in a module of one job:
@@ -53,7 +53,7 @@ MAX_CONSECUTIVE_BAD = 1000
 PARAM_ARGS = {'data_dir': 'data_dir', 'image_size': 'image_size', 'num_label_classes': 'num_label_classes',
               'pipeline': 'input_pipeline', 'use_cache': 'use_cache', 'shuffle_buffer_size': 'shuffle_buffer_size',
               'num_parallel_calls': 'num_parallel_calls', 'synthetic_data': 'synthetic_data', 'seed': 'random_seed',
-              'fail_on_data_loss': 'fail_on_data_loss', 'fast_decode': 'fast_jpeg_decode'}
+              'fail_on_data_loss': 'fail_on_data_loss', 'fast_decode': 'fast_jpeg_decode', 'task': 'task'}
 SPLIT_SIZE_PARAMS = {'train': 'num_train_images', 'validation': 'num_eval_images', 'test': 'num_test_images'}
 
 
@@ -83,7 +83,7 @@ class ImageNetInput(accounting.ReportsSkips):
                augment: Optional[resnet_preprocessing.AugmentConfig] = None,
                include_filename: bool = False, seed: Optional[int] = None, num_images: Optional[int] = None,
                fail_on_data_loss: bool = False, fast_decode: bool = False, every_nth: int = 1,
-               crop_fraction: float = resnet_preprocessing.CROP_FRACTION):
+               crop_fraction: float = resnet_preprocessing.CROP_FRACTION, task: Optional[str] = None):
     split = split or default_split(is_training)
     if split not in SPLITS:
       raise ValueError('split must be one of %s, got %r' % (SPLITS, split))
@@ -116,6 +116,9 @@ class ImageNetInput(accounting.ReportsSkips):
     if every_nth < 1 or (every_nth > 1 and is_training):
       raise ValueError(f'every_nth={every_nth}: a positive sampling stride, for eval and predict inputs only')
     self.every_nth = int(every_nth)
+    if task not in (None,) + dataset_info_lib.TASKS:
+      raise ValueError(f'task must be one of {dataset_info_lib.TASKS} (or None: the data\'s), got {task!r}')
+    self.task = task
     # Training repeats forever: all-bad data would spin silently, so fail after a long run of bad records.
     self._stats = InputAccounting('%s input' % split, MAX_CONSECUTIVE_BAD if is_training else None,
                                   fail_on_data_loss=fail_on_data_loss)
@@ -183,6 +186,12 @@ class ImageNetInput(accounting.ReportsSkips):
   def file_pattern(self) -> str:
     return shards.file_pattern(self.data_dir, self.split)
 
+  @property
+  def multi_label(self) -> bool:
+    """Labels are multi-hot rows [B, num_label_classes] (padding: rows of -1): the task given, else the data's."""
+    info = self.dataset_info()
+    return (self.task or (info.task if info else 'single_label')) == 'multi_label'
+
   def dataset_info(self) -> Optional[dataset_info_lib.DatasetInfo]:
     """data_dir's summary.json (+ labels.txt), read once per data_dir; None without one or for synthetic data."""
     if self.synthetic:
@@ -205,7 +214,7 @@ class ImageNetInput(accounting.ReportsSkips):
       return synthetic.synthetic_dataset(
           batch_size=batch_size, image_size=self.image_size, num_classes=self.num_label_classes, dtype=self.dtype,
           mode=self.synthetic_data, seed=self.seed, is_training=self.is_training, num_images=self.num_images,
-          include_filename=self.include_filename, context=context)
+          include_filename=self.include_filename, context=context, multi_label=self.multi_label)
     return self.record_dataset(batch_size, context)
 
   def record_dataset(self, batch_size: int, context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
@@ -292,8 +301,10 @@ class ImageNetInput(accounting.ReportsSkips):
 
   def decode_config(self, batch_size: int) -> decode.DecodeConfig:
     execution = self.execution
+    multi_label = self.multi_label
     return decode.DecodeConfig(
-        source=sources.TFRECORD_SOURCE, is_training=self.is_training, image_size=self.image_size, dtype=self.dtype,
+        source=sources.MULTI_LABEL_TFRECORD_SOURCE if multi_label else sources.TFRECORD_SOURCE,
+        multi_label=multi_label, is_training=self.is_training, image_size=self.image_size, dtype=self.dtype,
         batch_size=batch_size, label_offset=0 if self.include_background_label else 1,
         num_classes=self.num_label_classes, check_labels=self.split != 'test', full_decode=execution.full_decode,
         parallel_iterations=execution.decode_parallel_iterations, augment=self.augment,

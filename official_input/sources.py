@@ -2,6 +2,7 @@
 
 A TFRecord holds a serialized ``tf.train.Example`` (``example_schema``); a raw image file's "record" is its path
 (no label: -1). Each source has a batched form (the fast path) and a one-record form (the per-record fallback).
+Multi-label records give each record's label list, padded with ``NO_LABEL`` to the longest in the batch.
 """
 import dataclasses
 from typing import Callable, Tuple
@@ -19,6 +20,11 @@ class RecordSource:
   parse_batch: Callable[[tf.Tensor], Parsed]
   parse_one: Callable[[tf.Tensor], Parsed]
   name_of: Callable[[tf.Tensor], tf.Tensor]
+  labelled: bool = True      # False: raw files, whose stored label is always NO_LABEL
+  label_lists: bool = False  # stored labels are lists [..., n] (multi-label records), not one per record
+
+
+NO_LABEL = -1
 
 
 def _parse_examples(records: tf.Tensor) -> Parsed:
@@ -35,6 +41,20 @@ TFRECORD_SOURCE = RecordSource(parse_batch=_parse_examples, parse_one=_parse_exa
                                name_of=lambda record: _parse_example(record)[2])
 
 
+def _label_lists(parse: Callable, records: tf.Tensor) -> Parsed:
+  parsed = parse(records, example_schema.MULTI_LABEL_FEATURE_SPEC)
+  labels = tf.sparse.to_dense(parsed[example_schema.LABEL], default_value=NO_LABEL)
+  return parsed[example_schema.ENCODED], labels, parsed[example_schema.FILENAME]
+
+
+MULTI_LABEL_TFRECORD_SOURCE = RecordSource(
+    parse_batch=lambda records: _label_lists(tf.io.parse_example, records),
+    parse_one=lambda record: _label_lists(tf.io.parse_single_example, record),
+    name_of=lambda record: tf.io.parse_single_example(
+        record, {example_schema.FILENAME: example_schema.FEATURE_SPEC[example_schema.FILENAME]})[
+            example_schema.FILENAME], label_lists=True)
+
+
 def _read_files(paths: tf.Tensor) -> Parsed:
   contents = tf.map_fn(tf.io.read_file, paths, fn_output_signature=tf.string)
   return contents, tf.fill(tf.shape(paths), tf.constant(-1, tf.int64)), paths
@@ -42,4 +62,4 @@ def _read_files(paths: tf.Tensor) -> Parsed:
 
 FILE_SOURCE = RecordSource(parse_batch=_read_files,
                            parse_one=lambda path: (tf.io.read_file(path), tf.constant(-1, tf.int64), path),
-                           name_of=tf.identity)
+                           name_of=tf.identity, labelled=False)

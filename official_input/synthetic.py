@@ -1,4 +1,5 @@
-"""Synthetic input: random (uniform 0..255) or constant (zero) images with uniform labels, no files read.
+"""Synthetic input: random (uniform 0..255) or constant (zero) images with uniform labels (multi-label: each class
+in about a quarter of the images), no files read.
 
 Used when data_dir is None, '', 'null' or 'None' (``dataset_info.is_synthetic``): a built-in default to train,
 benchmark and test without data. One batch is made once and repeated, so the input costs nothing per step.
@@ -16,7 +17,7 @@ MODES = ('random', 'constant')
 
 def synthetic_dataset(*, batch_size: int, image_size: int, num_classes: int, dtype: tf.DType, mode: str,
                       seed: Optional[int], is_training: bool, num_images: Optional[int], include_filename: bool,
-                      context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
+                      context: Optional[tf.distribute.InputContext], multi_label: bool = False) -> tf.data.Dataset:
   """Per-replica batches of (images, labels), or ({'image', 'filename'}, labels) with ``include_filename``.
 
   Training repeats forever. Eval/predict yield ceil(num_images / global batch) batches per replica (one when
@@ -32,7 +33,10 @@ def synthetic_dataset(*, batch_size: int, image_size: int, num_classes: int, dty
       images = tf.random.uniform(shape, 0.0, 255.0, tf.float32, seed=seed)
     else:
       images = tf.zeros(shape, tf.float32)
-    labels = tf.random.uniform([batch_size], 0, num_classes, tf.int32, seed=seed)
+    if multi_label:  # each class present in about a quarter of the images
+      labels = tf.cast(tf.random.uniform([batch_size, num_classes], seed=seed) < 0.25, tf.int32)
+    else:
+      labels = tf.random.uniform([batch_size], 0, num_classes, tf.int32, seed=seed)
     batch = {'image': tf.cast(images, dtype), 'label': labels, 'filename': tf.fill([batch_size], '')}
     return decode.to_outputs(batch, include_filename)
 

@@ -58,6 +58,9 @@ PARAMS: Tuple[Param, ...] = (
       model=True),
     P('num_label_classes', None, 'Width of the logits; unset = the class count in data_dir/summary.json, else '
       '1000. 1001 keeps the stored 1-based labels (class 0 = background).', int, checks=('> 0',), model=True),
+    P('task', None, "'single_label' (one class per image: softmax) or 'multi_label' (any number of the classes "
+      "per image: a sigmoid per class, mAP, tuned per-class thresholds); unset = the task in "
+      "data_dir/summary.json, else single_label.", str, choices=(None, 'single_label', 'multi_label')),
     P('data_format', 'channels_last', 'Activation layout.', choices=('channels_last', 'channels_first'),
       model=True),
     P('pre_activation', False, 'ResNet v2 (pre-activation) blocks.', model=True),
@@ -198,9 +201,10 @@ PARAMS: Tuple[Param, ...] = (
       'from float16 loss scaling, as the optimizer applies them (after head-only and layer-decay scaling).',
       float, checks=('>= 0',), modes=TRAINING),
     P('label_smoothing', 0.0, 'Label smoothing.', checks=('>= 0', '< 1')),
-    P('loss', 'softmax_cross_entropy', "The training loss: 'softmax_cross_entropy', or 'binary_cross_entropy' "
-      "(timm's --bce-loss, 'ResNet strikes back': a sigmoid per class against the one-hot targets, averaged over "
-      'the classes); eval reports the same loss.', choices=('softmax_cross_entropy', 'binary_cross_entropy')),
+    P('loss', None, "The training loss: 'softmax_cross_entropy', or 'binary_cross_entropy' (timm's --bce-loss, "
+      "'ResNet strikes back': a sigmoid per class against the one-hot or multi-hot targets, averaged over the "
+      'classes); eval reports the same loss. Unset = binary_cross_entropy for multi-label data (task), else '
+      'softmax_cross_entropy.', str, choices=(None, 'softmax_cross_entropy', 'binary_cross_entropy')),
     P('teacher_checkpoint', None, 'Knowledge distillation: a teacher ResNet, anything resnet_checkpoint reads (a '
       'finished run, a reference TF1 checkpoint, Keras/torchvision/timm weights), any depth, the same classes; it '
       'never trains. Unset = no distillation.', str, modes=TRAINING),
@@ -275,8 +279,8 @@ PARAMS: Tuple[Param, ...] = (
       'many classes (a [C, C] sum per eval step); 0 = off.', checks=('>= 0',)),
     P('max_misclassified_rows', 1000, 'Eval: list at most this many misclassified images (the most confident) '
       'in model_dir/<eval>_misclassified.csv; 0 = no list.', checks=('>= 0',)),
-    P('best_metric', 'top_1_accuracy', 'Eval metric that picks model_dir/best/ (train_and_eval and continuous '
-      'eval), e.g. loss or macro_f1.', modes=EVALUATING),
+    P('best_metric', None, 'Eval metric that picks model_dir/best/ (train_and_eval and continuous eval), e.g. '
+      'loss or macro_f1; unset = mAP for multi-label data (task), else top_1_accuracy.', str, modes=EVALUATING),
     P('best_metric_goal', 'auto', "Whether best_metric is better 'max' or 'min'; auto = min for losses and "
       'errors, max otherwise.', choices=('auto', 'max', 'min'), modes=EVALUATING),
     P('keep_best_checkpoint', True, 'Keep a copy of the best checkpoint by best_metric in model_dir/best/ (also '

@@ -149,10 +149,28 @@ def target_threshold_needs_bce(p: Mapping[str, Any]) -> Optional[str]:
   if threshold is not None and p['loss'] != 'binary_cross_entropy':
     return (f'bce_target_threshold={threshold} thresholds binary cross-entropy targets, but loss={p["loss"]}: set '
             'loss=binary_cross_entropy or unset bce_target_threshold')
-  if threshold is not None and p['class_weights'] and (p['mixup_alpha'] or p['cutmix_alpha']):
+  if (threshold is not None and p['class_weights'] and (p['mixup_alpha'] or p['cutmix_alpha'])
+      and p['task'] != 'multi_label'):  # multi-label weights weigh positives in the loss, not the targets
     return (f'bce_target_threshold={threshold} with class_weights and mixup/CutMix: a mixed target row is weighed by '
             'its classes\' weights, so the weights would decide which classes pass the threshold. Use two of the '
             'three')
+  return None
+
+
+def multi_label_learns_sigmoids(p: Mapping[str, Any]) -> Optional[str]:
+  """Multi-label data: a sigmoid per class; what assumes one class per image is refused."""
+  if p['task'] != 'multi_label':
+    return None
+  if p['loss'] == 'softmax_cross_entropy':
+    return ('task=multi_label with loss=softmax_cross_entropy: a softmax makes the classes compete for one answer, '
+            'but an image may hold several or none. Unset loss (binary_cross_entropy, a sigmoid per class)')
+  if p['teacher_checkpoint']:
+    return ("task=multi_label with teacher_checkpoint: distillation's soft term is a softmax over the classes, "
+            'which multi-label data has not. Train without a teacher')
+  if p['class_weights'] is not None and p['class_weight_normalization'] == 'weight_sum':
+    return ('task=multi_label with class_weight_normalization=weight_sum: multi-label class weights weigh each '
+            "class's positives (BCE's pos_weight), not examples, so there is no sum of example weights to divide by. "
+            'Use class_weight_normalization=batch_size')
   return None
 
 
@@ -180,7 +198,7 @@ RULES: Tuple[Callable[[Mapping[str, Any]], Optional[str]], ...] = (
     export_moving_average_needs_the_average, lars_is_the_momentum_optimizer, layer_decay_needs_momentum,
     head_only_steps_need_momentum,
     frozen_batch_norm_needs_batch_norm, one_class_weight_per_class, no_transposed_input,
-    one_deployed_file_to_predict_with, target_threshold_needs_bce,
+    one_deployed_file_to_predict_with, target_threshold_needs_bce, multi_label_learns_sigmoids,
     teacher_depth_needs_a_teacher, size_schedule_reaches_image_size)
 
 # Raises ValueError naming what is wrong. A validator with a ``keys`` attribute checks those keys fully, each on its

@@ -49,6 +49,7 @@ SUPPLIED: Tuple[RunValue, ...] = (
     RunValue('moving_average_decay', 'whether eval and export read the moving-average weights'),
     RunValue('export_moving_average', 'which weights its export serves'),
     RunValue('label_smoothing', "the targets of the eval loss"),
+    RunValue('task', 'what its labels are: one class per image, or any number (sigmoids, thresholds, mAP)'),
     RunValue('loss', 'the eval loss (and how TTA averages the views)'),
     RunValue('bce_target_threshold', "the targets of the eval loss", unless_given=('loss',)),
     RunValue('weight_decay', "the eval loss's weight-decay term"),

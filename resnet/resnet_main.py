@@ -44,6 +44,7 @@ from resnet.estimator import distribution
 from resnet.estimator.estimator import Estimator, NoCheckpointError
 from resnet.estimator.run_config import RunConfig
 from resnet.evaluation import class_names
+from resnet.evaluation import multi_label_report
 from resnet.evaluation import predictions as predictions_lib
 from resnet.export import exporting
 from resnet.training import resnet_model_fn
@@ -107,13 +108,18 @@ def predict(estimator: Estimator, params: Params) -> str:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
     source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True, dtype=dtype)
   output = params.predict_output or os.path.join(params.model_dir, 'predictions.csv')
-  labelled = predictions_lib.LabelledPredictions(params)
+  thresholds = multi_label_report.use_decision_thresholds(estimator, params)
   if deployed:
     read = predictions_lib.tflite_predictions if params.predict_tflite else predictions_lib.onnx_predictions
     predictions = read(deployed, source.input_fn, size, params.predict_batch_size, params.num_label_classes)
   else:
     predictions = estimator.predict(source.input_fn)
-  rows = predictions_lib.write_predictions(predictions, output, params, labelled)
+  if thresholds is not None:
+    labelled = predictions_lib.LabelledMultiLabel(params, thresholds)
+    rows = predictions_lib.write_multi_label_predictions(predictions, output, params, thresholds, labelled)
+  else:
+    labelled = predictions_lib.LabelledPredictions(params)
+    rows = predictions_lib.write_predictions(predictions, output, params, labelled)
   print(f'Wrote {rows} predictions to {output}')
   report = labelled.write(output)
   if report:

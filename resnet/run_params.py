@@ -48,7 +48,7 @@ def make_params(overrides: Union[None, merging.Source, Sequence[merging.Labelled
     supplied, fallback = finished_run.fills(finished_run.given_keys(from_run, [values for _, values in configs]))
     run_values, run_fallbacks = [supplied], [fallback]
   data = [data_counts] + run_fallbacks + [imagenet_counts, _balanced] if fill_from_data else []
-  return merging.make_params(overrides, configs=configs, fills=run_values + data + [variant_defaults],
+  return merging.make_params(overrides, configs=configs, fills=run_values + data + [task_defaults, variant_defaults],
                                    read_file=params_files.read_text, validators=VALIDATORS)
 
 
@@ -112,9 +112,30 @@ def data_counts(values: Mapping[str, Any]) -> Dict[str, Any]:
       raise ValueError('Params contradict the data: ' + ' '.join(errors))
     for warning in warnings:
       logging.warning('%s', warning)
+    if values.get('task') is None:
+      filled['task'] = info.task
+    elif values['task'] != info.task:
+      logging.warning('task=%s, but %s says the data is %s: training reads it as %s.', values['task'],
+                      info.summary_path, info.task, values['task'])
     if filled:
       logging.info('From %s: %s', info.summary_path, ', '.join(f'{k}={v}' for k, v in sorted(filled.items())))
     fills.update(filled)
+  return fills
+
+
+# What an unset loss and best_metric become for each task.
+TASK_DEFAULTS = {'single_label': {'loss': 'softmax_cross_entropy', 'best_metric': 'top_1_accuracy'},
+                 'multi_label': {'loss': 'binary_cross_entropy', 'best_metric': 'mAP'}}
+
+
+def task_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
+  """task (single_label where no summary.json said), then the loss and best_metric of that task where unset;
+  logged when the task is multi-label (a single-label run keeps the defaults it always had)."""
+  task = values['task'] or 'single_label'
+  fills = {'task': task} if values['task'] is None else {}
+  fills.update({key: value for key, value in TASK_DEFAULTS[task].items() if values[key] is None})
+  if task == 'multi_label' and len(fills) > ('task' in fills):
+    logging.info('task=multi_label: %s.', ', '.join(f'{k}={v}' for k, v in fills.items() if k != 'task'))
   return fills
 
 

@@ -20,6 +20,7 @@ from resnet.estimator.estimator import Estimator
 from resnet.estimator.spec import StagedInput
 from resnet.evaluation import class_names
 from resnet.training import divergence
+from resnet.training import multi_label
 from resnet.training import resnet_model_fn
 
 
@@ -90,6 +91,9 @@ def train_hooks(params: Params, estimator: Estimator,
 
 
 def eval_hooks(params: Params) -> List[Any]:
+  if multi_label.enabled(params):
+    from resnet.evaluation import multi_label_report  # pylint: disable=g-import-not-at-top
+    return [multi_label_report.MultiLabelReport(class_names.read_class_names(params))]
   if not (resnet_model_fn.per_class_metrics(params) or params.max_misclassified_rows):
     return []
   from resnet.evaluation import eval_report  # pylint: disable=g-import-not-at-top

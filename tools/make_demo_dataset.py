@@ -173,6 +173,59 @@ def make_demo_dataset(root: str,
   return {'classes': list(class_names), 'counts': {n: images_per_class for n in class_names}, 'num_png': num_png}
 
 
+def make_multi_label_dataset(root: str, num_classes: int = 4, num_images: int = 1000, image_size: int = 128,
+                             positive_rate: float = 0.3, seed: int = 0, overwrite: bool = False) -> Dict[str, Any]:
+  """Multi-label data as it arrives in practice: ``root/images/img_00000.jpg`` and ``root/labels.csv`` in
+  Kaggle Planet's shape (``image_name,tags``: names without extension, space-separated tags; an image of none of
+  the classes has an empty cell). Each image is a 2 x 2 grid of tiles; each class is in an image with probability
+  ``positive_rate`` (independently, at most 4 classes), drawn in a random tile; the other tiles are background.
+  Returns {'classes', 'positives' (per class), 'negatives' (images without a class), 'csv'}."""
+  import csv
+  import numpy as np
+  from PIL import Image
+  if not 2 <= num_classes <= len(CLASSES):
+    raise ValueError(f'num_classes must be in [2, {len(CLASSES)}], got {num_classes}.')
+  images_dir, csv_path = os.path.join(root, 'images'), os.path.join(root, 'labels.csv')
+  if os.path.exists(csv_path) or (os.path.isdir(images_dir) and os.listdir(images_dir)):
+    if not overwrite:
+      raise FileExistsError(f'{root} already holds images/ or labels.csv: pass overwrite=True (--overwrite) or '
+                            'choose another directory.')
+    shutil.rmtree(images_dir, ignore_errors=True)
+  os.makedirs(images_dir, exist_ok=True)
+  class_names = CLASSES[:num_classes]
+  rng = np.random.default_rng(seed)
+  tile = image_size // 2
+  positives = {name: 0 for name in class_names}
+  negatives = 0
+  rows = []
+  for i in range(num_images):
+    present = [name for name in class_names if rng.uniform() < positive_rate][:4]
+    tiles = [None] * 4
+    for name, cell in zip(present, rng.permutation(4)):
+      tiles[cell] = name
+    image = np.zeros((2 * tile, 2 * tile, 3), np.uint8)
+    for cell, name in enumerate(tiles):
+      y, x = divmod(cell, 2)
+      if name is None:
+        bg, _ = _colours(rng)
+        patch = np.clip(bg + rng.normal(0, rng.uniform(3, 10), (tile, tile, 3)) + 0.5, 0, 255).astype(np.uint8)
+      else:
+        patch = draw_image(name, tile, tile, rng)
+      image[y * tile:(y + 1) * tile, x * tile:(x + 1) * tile] = patch
+    Image.fromarray(image).save(os.path.join(images_dir, f'img_{i:05d}.jpg'), 'JPEG', quality=90)
+    rows.append((f'img_{i:05d}', ' '.join(present)))
+    for name in present:
+      positives[name] += 1
+    negatives += not present
+  with open(csv_path, 'w', newline='', encoding='utf-8') as f:
+    writer = csv.writer(f)
+    writer.writerow(['image_name', 'tags'])
+    writer.writerows(rows)
+  logging.info('Wrote %d images of up to %d of %d classes each (%d without any) to %s, labels in %s.', num_images,
+               min(4, num_classes), num_classes, negatives, images_dir, csv_path)
+  return {'classes': list(class_names), 'positives': positives, 'negatives': negatives, 'csv': csv_path}
+
+
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """Defines the CLI flags (once); not at import, so importing this module never clashes with other tools."""
   if 'images_per_class' in flag_values:
@@ -188,6 +241,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                      upper_bound=1, flag_values=fv)
   flags.DEFINE_integer('seed', 0, 'Random seed.', flag_values=fv)
   flags.DEFINE_boolean('overwrite', False, 'Replace the class folders in a non-empty --output_dir.', flag_values=fv)
+  flags.DEFINE_boolean('multi_label', False, 'Multi-label data instead of class folders: output_dir/images/ and '
+                       "output_dir/labels.csv (Kaggle Planet's image_name,tags), several shapes per image.",
+                       flag_values=fv)
+  flags.DEFINE_integer('num_images', 1000, '--multi_label: images.', lower_bound=1, flag_values=fv)
   flags.DEFINE_string('records_dir', None, 'If set, also convert to TFRecords there (tools/imagenet_to_gcs.py, '
                       'default 80/10/10 split).', flag_values=fv)
 
@@ -198,6 +255,17 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
   fv = flag_values
   if not fv.output_dir:
     raise app.UsageError('--output_dir is required.')
+  if fv.multi_label:
+    result = make_multi_label_dataset(fv.output_dir, fv.num_classes, fv.num_images, fv.max_size, seed=fv.seed,
+                                      overwrite=fv.overwrite)
+    print(f'{fv.num_images} images ({result["negatives"]} without a label) in {fv.output_dir}/images; labels in '
+          f'{result["csv"]}: ' + ', '.join(f'{k} {v}' for k, v in result['positives'].items()))
+    if fv.records_dir:
+      from tools import imagenet_to_gcs  # pylint: disable=g-import-not-at-top
+      summary = imagenet_to_gcs.convert_dataset(os.path.join(fv.output_dir, 'images'), fv.records_dir,
+                                                seed=fv.seed, overwrite=fv.overwrite, labels_csv_path=result['csv'])
+      print(imagenet_to_gcs.format_summary(summary))
+    return
   result = make_demo_dataset(fv.output_dir, fv.num_classes, fv.images_per_class, (fv.min_size, fv.max_size),
                              fv.seed, fv.png_fraction, fv.overwrite)
   print(f'{sum(result["counts"].values())} images ({result["num_png"]} PNG) of {", ".join(result["classes"])} '

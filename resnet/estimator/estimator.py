@@ -208,6 +208,13 @@ class Estimator:
         tf.summary.image(key, image[None], step=step)
     self._writer(name).flush()
 
+  def write_tensors(self, name: str, step: int, tensors: Mapping[str, Tuple[np.ndarray, Any]]) -> None:
+    """Summaries of other TensorBoard plugins: tag -> (tensor, the plugin's SummaryMetadata)."""
+    with self._writer(name).as_default(step=step):
+      for key, (tensor, metadata) in tensors.items():
+        tf.summary.write(key, tf.constant(tensor), step=step, metadata=metadata)
+    self._writer(name).flush()
+
   # ------------------------------------------------------------------------------------------------ train
   def _prepare_training(self, input_fn: Union[InputFn, StagedInput]) -> None:
     """Builds, restores where nothing is held yet, and makes the train loop read ``input_fn`` (a StagedInput:
@@ -377,11 +384,13 @@ class Estimator:
                hooks: Sequence[hooks_lib.EvalHook]) -> Dict[str, Any]:
     """The hooks' reports added, then the log line, and (chief) TensorBoard and ``<name>_results.json``."""
     images: Dict[str, np.ndarray] = {}
+    tensors: Dict[str, Any] = {}
     for hook in hooks:
       report = hook.end(results, sums)
       results.update(report.results)
       scalars.update({k: v for k, v in report.results.items() if isinstance(v, (int, float))})
       images.update(report.images)
+      tensors.update(report.tensors)
     step = results['global_step']
     logging.info('Eval at step %d over %d examples: %s (%.1f s)', step, results['num_examples'],
                  ', '.join(f'{k}={scalars[k]:.4f}' for k in sorted(scalars)), results['seconds'])
@@ -389,6 +398,8 @@ class Estimator:
       self.write_scalars(name, step, scalars)
       if images:
         self.write_images(name, step, images)
+      if tensors:
+        self.write_tensors(name, step, tensors)
       files.atomic_write(os.path.join(self.model_dir, f'{name}_results.json'), _json(results))
     self.on_chief(write, f'write {os.path.join(self.model_dir, f"{name}_results.json")}')
     return results

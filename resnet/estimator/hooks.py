@@ -102,9 +102,11 @@ class CounterLogger(LoopHook):
 @dataclasses.dataclass
 class EvalReport:
   """What an eval hook adds: ``results`` (JSON values merged into <name>_results.json; numbers among them also go
-  to TensorBoard as scalars) and ``images`` (tag -> uint8 [H, W, 3] for TensorBoard)."""
+  to TensorBoard as scalars), ``images`` (tag -> uint8 [H, W, 3] for TensorBoard) and ``tensors`` (tag -> (tensor,
+  a plugin's SummaryMetadata), e.g. PR curves)."""
   results: Dict[str, Any] = dataclasses.field(default_factory=dict)
   images: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+  tensors: Dict[str, Tuple[np.ndarray, Any]] = dataclasses.field(default_factory=dict)
 
 
 class EvalHook:

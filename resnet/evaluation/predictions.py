@@ -1,9 +1,10 @@
-"""What predict writes: the predictions CSV (top-k ids, names, probabilities per image) and, on labelled data,
-the same per-class report and misclassified list as eval, counted on the host from the predictions written."""
+"""What predict writes: the predictions CSV (top-k ids, names, probabilities per image; multi-label: the labels
+above their thresholds) and, on labelled data, the same per-class report as eval (and the misclassified list),
+counted on the host from the predictions written."""
 import csv
 import json
 import os
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from absl import logging
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from params.params_dict import ParamsDict as Params
 from resnet.estimator import files
 from resnet.evaluation import class_metrics
+from resnet.evaluation import label_metrics
 from resnet.evaluation.class_names import has_background, read_class_names
 
 
@@ -50,6 +52,67 @@ class LabelledPredictions:
     logging.info('Predictions on labelled data: top_1_accuracy=%.4f, macro_f1=%.4f over %d images (%s).',
                  report['top_1_accuracy'], report['macro_f1'], len(labels), path)
     return path
+
+
+class LabelledMultiLabel:
+  """Predict on labelled multi-label data: mAP, micro AP and F1 at 0.5 and at the run's thresholds, per class
+  (label_metrics, the same numbers eval reports), from the probabilities written."""
+
+  def __init__(self, params: Params, thresholds: Sequence[float]):
+    self.params = params
+    self.thresholds = list(thresholds)
+    self.hists = np.zeros([2, params.num_label_classes, label_metrics.BINS])
+
+  def add(self, label: np.ndarray, probabilities: np.ndarray) -> None:
+    if np.ndim(label) == 0 or label[0] < 0:
+      return
+    p = np.clip(probabilities.astype(np.float64), 1e-12, 1 - 1e-12)
+    self.hists += label_metrics.histograms(np.log(p / (1 - p))[None], label[None], len(label))
+
+  def write(self, output: str) -> Optional[str]:
+    images = int(self.hists[:, 0].sum())
+    if not images:
+      return None
+    report = {**label_metrics.report(self.hists, read_class_names(self.params), self.thresholds),
+              'num_examples': images}
+    path = f'{os.path.splitext(output)[0]}_report.json'
+    files.atomic_write(path, json.dumps(report, indent=2, sort_keys=True))
+    logging.info('Predictions on labelled data: mAP=%.4f, micro_f1=%.4f at the run\'s thresholds over %d images '
+                 '(%s).', report['mAP'], report['micro_f1_tuned'], images, path)
+    return path
+
+
+def write_multi_label_predictions(predictions, output: str, params: Params, thresholds: Sequence[float],
+                                  labelled: Optional[LabelledMultiLabel] = None) -> int:
+  """CSV: image, its labels (if known), the labels at or above their class's threshold (space-separated, as
+  Kaggle's submissions), their probabilities, and the most probable class. Written atomically."""
+  names = read_class_names(params)
+  names = names if len(names) == params.num_label_classes else [str(i) for i in range(params.num_label_classes)]
+  limits = np.asarray(thresholds, np.float32)
+  rows = 0
+  with files.atomic_output(output, 'w') as f:
+    writer = csv.writer(f)
+    writer.writerow(['image', 'true_labels', 'predicted_labels', 'probabilities', 'top1_class',
+                     'top1_probability'])
+    for index, pred in enumerate(predictions):
+      filename = pred.get('filename', b'')
+      filename = filename.decode() if isinstance(filename, bytes) else str(filename)
+      label = np.asarray(pred['label']) if 'label' in pred else np.array(-1)
+      known = label.ndim == 1 and label[0] >= 0
+      if not filename and not known and 'filename' in pred:
+        continue  # padding of the last batch
+      probs = np.asarray(pred['probabilities'], np.float32)
+      chosen = [c for c in np.argsort(-probs) if probs[c] >= limits[c]]
+      top = int(np.argmax(probs))
+      writer.writerow([filename or str(index), ' '.join(names[c] for c in np.flatnonzero(label > 0)) if known else '',
+                       ' '.join(names[c] for c in chosen), ' '.join(f'{probs[c]:.6f}' for c in chosen), names[top],
+                       f'{probs[top]:.6f}'])
+      if labelled is not None:
+        labelled.add(label, probs)
+      rows += 1
+      if params.num_test_images and not params.predict_input and rows >= params.num_test_images:
+        break
+  return rows
 
 
 def write_predictions(predictions, output: str, params: Params,
@@ -137,5 +200,6 @@ def _check_shapes(path: str, classes: int, size: int, num_classes: int, image_si
 def _predictions(model, input_fn, batch_size: int) -> Iterator[Dict[str, Any]]:
   for features, labels in input_fn({'batch_size': batch_size}):
     probabilities = model.probabilities(features['image'].numpy())
+    labels = labels.numpy()   # class ids, or multi-hot rows
     for i, filename in enumerate(features['filename'].numpy()):
-      yield {'probabilities': probabilities[i], 'label': int(labels[i]), 'filename': filename}
+      yield {'probabilities': probabilities[i], 'label': labels[i], 'filename': filename}

@@ -7,7 +7,7 @@ measured files need the run's images, which are read before anything is written,
 export with nothing half-written.
 """
 import contextlib
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -16,6 +16,7 @@ from official_input import resnet_preprocessing
 from params import resnet_config
 from resnet.estimator import best_checkpoint as best_checkpoint_lib
 from resnet.estimator.estimator import Estimator
+from resnet.evaluation import multi_label_report
 from resnet.export import onnx_runtime
 from resnet.training import resnet_model_fn
 
@@ -41,19 +42,24 @@ def export(estimator: Estimator, params: Mapping[str, Any],
     return None
   checkpoint = best_checkpoint_path(params, best) if params['export_best'] else None  # the same files on every worker
   estimator.load_for_export(checkpoint)
-  return estimator.on_chief(lambda: _export(estimator, params, checkpoint), f'export to {params["export_dir"]}')
+  thresholds = multi_label_report.use_decision_thresholds(estimator, params, checkpoint, best=checkpoint is not None)
+  return estimator.on_chief(lambda: _export(estimator, params, checkpoint, thresholds),
+                            f'export to {params["export_dir"]}')
 
 
-def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optional[str]) -> str:
+def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optional[str],
+            thresholds: Optional[Sequence[float]]) -> str:
+  from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
   weights = resnet_model_fn.averaged_weights(estimator.scope) if params['export_moving_average'] else None
+  outputs = tflite_report.Outputs(None if thresholds is None else tuple(thresholds))
   measured = measured_images(params)  # the run's images read first: a missing split writes nothing
-  quantized, onnx = quantized_exports(params, measured), onnx_exports(params, measured)
+  quantized, onnx = quantized_exports(params, measured), onnx_exports(params, measured, outputs)
   path = estimator.export_saved_model(params['export_dir'], resnet_model_fn.serving_inputs(params),
                                       checkpoint_path=checkpoint, assets_extra_fn=warmup_requests(params),
                                       weights=weights)
   print(f'Exported SavedModel: {path} ({params["precision"]})')
   if params['export_tflite'] or params['tflite_quantizations']:
-    export_tflite(estimator, params, path, weights, quantized)
+    export_tflite(estimator, params, path, weights, quantized, outputs)
   if onnx is not None:
     export_onnx(estimator, params, path, weights, onnx)
   return path
@@ -118,21 +124,24 @@ def quantized_exports(params: Mapping[str, Any], measured):
                                         params['tflite_float_fallback'])
 
 
-def onnx_exports(params: Mapping[str, Any], measured):
+def onnx_exports(params: Mapping[str, Any], measured, outputs=None):
   """What the .onnx files need (None without export_onnx or onnx_quantizations); ``measured``: measured_images,
-  None for a run without records, whose model.onnx is checked against its weights but not measured."""
+  None for a run without records, whose model.onnx is checked against its weights but not measured; ``outputs``:
+  what they output (tflite_report.Outputs; default: softmax)."""
   if not (params['export_onnx'] or params['onnx_quantizations']):
     return None
   from resnet.export import onnx_export  # pylint: disable=g-import-not-at-top
+  from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
+  outputs = outputs or tflite_report.Outputs()
   if measured is None:  # validation refuses quantizations without records: the float32 file only
     logging.warning('export_onnx: this run has no records (data_dir unset), so model.onnx is checked against its '
                     'weights and the SavedModel on random images but not measured on validation images (no '
                     'onnx_report.txt).')
-    return onnx_export.OnnxExports(params['onnx_opset'])
+    return onnx_export.OnnxExports(params['onnx_opset'], outputs=outputs)
   images, labels, calibration = measured
   kinds = params['onnx_quantizations']
   return onnx_export.OnnxExports(params['onnx_opset'], kinds, calibration if 'int8' in kinds else None, images, labels,
-                                 params['tflite_min_agreement'])
+                                 params['tflite_min_agreement'], outputs)
 
 
 def export_onnx(estimator: Estimator, params: Mapping[str, Any], saved_model_dir: str, weights, onnx) -> None:
@@ -149,14 +158,15 @@ def export_onnx(estimator: Estimator, params: Mapping[str, Any], saved_model_dir
     print(tflite_report.table(rows, len(onnx.images)), end='')
 
 
-def export_tflite(estimator: Estimator, params: Mapping[str, Any], saved_model_dir: str, weights, quantized) -> None:
+def export_tflite(estimator: Estimator, params: Mapping[str, Any], saved_model_dir: str, weights, quantized,
+                  outputs) -> None:
   """model.tflite, then the quantized files, each measured on the run's own validation images."""
   from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
   from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
   report = tflite_export.export_tflite(
       saved_model_dir, estimator.scope.get(resnet_model_fn.MODEL),
       lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}),
-      resnet_preprocessing.image_size(params, training=False), params['precision'], weights, quantized)
+      resnet_preprocessing.image_size(params, training=False), params['precision'], weights, quantized, outputs)
   print(f'Exported TFLite: {report.path} ({report.bytes / 1e6:.1f} MB, {report.ops} ops; max |probability '
         f'difference| {report.max_difference:.2g} vs its float32 weights, {report.saved_model_difference:.2g} vs '
         f'the SavedModel)')

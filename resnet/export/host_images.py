@@ -19,7 +19,7 @@ class NoImagesError(ValueError):
 
 def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.ndarray, np.ndarray]:
   """Up to ``count`` images [N, S, S, 3] float32 0..255 of ``split`` (eval preprocessing) and their model class
-  ids, spread over the records the split's pass reads (the first ``num_eval_images`` of the validation split when it
+  ids (multi-label: multi-hot rows [N, K]), spread over the records the split's pass reads (the first ``num_eval_images`` of the validation split when it
   is set; converted splits are in class order, so the first ``count`` could cover a few classes only): every k-th
   record, chosen before decoding, so the others cost a read and nothing more."""
   if dataset_info.is_synthetic(params['data_dir']):
@@ -39,9 +39,10 @@ def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.n
   images, labels, total = [], [], 0
   try:
     for batch_images, batch_labels in source.input_fn({'batch_size': BATCH}):
-      keep = batch_labels.numpy() >= 0  # padding has label -1
+      batch_labels = batch_labels.numpy()
+      keep = (batch_labels if batch_labels.ndim == 1 else batch_labels[:, 0]) >= 0  # padding: -1 (rows of -1)
       images.append(batch_images.numpy()[keep])
-      labels.append(batch_labels.numpy()[keep])
+      labels.append(batch_labels[keep])
       total += int(keep.sum())
       if total >= count:
         break

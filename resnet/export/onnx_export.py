@@ -51,21 +51,27 @@ class OnnxExports:
   images: Optional[np.ndarray] = None
   labels: Optional[np.ndarray] = None
   min_agreement: float = 0.9
+  outputs: tflite_report.Outputs = tflite_report.Outputs()   # multi-label: sigmoids, decided at thresholds
 
 
 def file_name(kind: str) -> str:
   return ONNX_NAME if kind == 'float32' else f'model_{kind}.onnx'
 
 
-def convert(model: keras.Model, image_size: int, opset: int = DEFAULT_OPSET) -> bytes:
-  """The serialized ONNX model of ``images [batch, S, S, 3] -> probabilities, classes``."""
+def convert(model: keras.Model, image_size: int, opset: int = DEFAULT_OPSET,
+            outputs: tflite_report.Outputs = tflite_report.Outputs()) -> bytes:
+  """The serialized ONNX model of ``images [batch, S, S, 3] -> probabilities, classes`` (multi-label: sigmoids, and
+  ``labels``, each class decided at its threshold, as the SavedModel)."""
   onnx_runtime.require('The ONNX export')
   import tf2onnx  # pylint: disable=g-import-not-at-top
 
   @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name='images')])
   def serve(images):
-    probabilities = tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))
-    return {'probabilities': probabilities, 'classes': tf.argmax(probabilities, axis=1, output_type=tf.int64)}
+    probabilities = outputs.probabilities(model(images, training=False))
+    served = {'probabilities': probabilities, 'classes': tf.argmax(probabilities, axis=1, output_type=tf.int64)}
+    if outputs.multi_label:
+      served['labels'] = tf.cast(probabilities >= tf.constant(outputs.thresholds, tf.float32), tf.int32)
+    return served
 
   proto, _ = tf2onnx.convert.from_function(serve, input_signature=serve.input_signature, opset=opset)
   for value in list(proto.graph.input) + list(proto.graph.output):  # tf2onnx names it unk__N
@@ -121,7 +127,7 @@ def export_onnx(saved_model_dir: str, copy: keras.Model, image_size: int, precis
   measured rows (empty without the run's images). ``copy``: the float32 model holding the exported weights."""
   if exports.kinds and exports.images is None:
     raise ValueError('Quantized ONNX files are measured on the run\'s validation images, and there are none.')
-  float32_file = convert(copy, image_size, exports.opset)
+  float32_file = convert(copy, image_size, exports.opset, exports.outputs)
   path = os.path.join(saved_model_dir, ONNX_NAME)
   images = tflite_export.parity_images(image_size)
   try:  # tf2onnx converts what it can and leaves the rest: an op it could not convert fails here
@@ -130,7 +136,7 @@ def export_onnx(saved_model_dir: str, copy: keras.Model, image_size: int, precis
     raise RuntimeError(f'ONNX Runtime cannot run the converted model ({" ".join(str(e).split())[:300]}): {path} '
                        'was not written (the SavedModel beside it is complete). Export without export_onnx, or '
                        'report the op it names.') from e
-  difference = float(np.max(np.abs(served - tf.nn.softmax(copy(images, training=False)).numpy())))
+  difference = float(np.max(np.abs(served - exports.outputs.probabilities(copy(images, training=False)).numpy())))
   if difference > PARITY_TOLERANCE:
     raise RuntimeError(f'The ONNX conversion differs from the float32 weights it was converted from by '
                        f'{difference:.3g} (> {PARITY_TOLERANCE:g}) on the same images: {path} was not written '
@@ -144,7 +150,7 @@ def export_onnx(saved_model_dir: str, copy: keras.Model, image_size: int, precis
   rows: List[tflite_report.Row] = []
   reference = None
   if exports.images is not None:
-    reference = tflite_report.Reference(saved_model_dir, precision, exports.images, exports.labels)
+    reference = tflite_report.Reference(saved_model_dir, precision, exports.images, exports.labels, exports.outputs)
     rows = [reference.row, _measure(reference, ONNX_NAME, 'float32', float32_file, exports.images)]
   files.atomic_write(path, float32_file)
   logging.info('Exported ONNX: %s (%.1f MB, opset %d, float32, batch dimension %r); max |probability difference| '
@@ -171,9 +177,9 @@ def export_onnx(saved_model_dir: str, copy: keras.Model, image_size: int, precis
                 f'{len(exports.calibration)} now)' if kind == 'int8' else
                 'export model.onnx alone (float16 rounding changes this model\'s answers)')
       raise QuantizationError(
-          f'{file_name(kind)} agrees with the SavedModel\'s top-1 on {row.agreement:.1%} of {len(exports.images)} '
-          f'validation images, below tflite_min_agreement={exports.min_agreement:g} (top-1 {row.top_1:.4f} vs '
-          f'{reference.row.top_1:.4f}): it was not written. To keep it: {advice}; or lower tflite_min_agreement. '
+          f'{file_name(kind)} agrees with the SavedModel\'s {exports.outputs.answers} on '
+          f'{row.agreement:.1%} of {len(exports.images)} validation images, below tflite_min_agreement='
+          f'{exports.min_agreement:g} ({row.metric} {row.top_1:.4f} vs {reference.row.top_1:.4f}): it was not written. To keep it: {advice}; or lower tflite_min_agreement. '
           f'The SavedModel and {ONNX_NAME} are complete; the table is in '
           f'{os.path.join(saved_model_dir, REPORT_NAME)}.txt.')
     files.atomic_write(os.path.join(saved_model_dir, file_name(kind)), data)
@@ -185,8 +191,8 @@ def export_onnx(saved_model_dir: str, copy: keras.Model, image_size: int, precis
 def _measure(reference: tflite_report.Reference, name: str, kind: str, data: bytes,
              images: np.ndarray) -> tflite_report.Row:
   model = onnx_runtime.Model(data)
-  return reference.row_for(name, kind, len(data), model.probabilities(images).argmax(axis=1),
-                           model.latency_ms(images[0]), model.runtime)
+  return reference.row_for(name, kind, len(data), model.probabilities(images), model.latency_ms(images[0]),
+                           model.runtime)
 
 
 def _write_report(directory: str, rows: Sequence[tflite_report.Row], exports: OnnxExports) -> None:

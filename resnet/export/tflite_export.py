@@ -103,13 +103,15 @@ def converter_class():
   return converter
 
 
-def convert(model: keras.Model, image_size: int, quantization: Quantization = Quantization()) -> bytes:
-  """TFLite flatbuffer of ``images [1, S, S, 3] -> probabilities``, the weights frozen into constants."""
+def convert(model: keras.Model, image_size: int, quantization: Quantization = Quantization(),
+            outputs: tflite_report.Outputs = tflite_report.Outputs()) -> bytes:
+  """TFLite flatbuffer of ``images [1, S, S, 3] -> probabilities`` (softmax, or multi-label sigmoids), the weights
+  frozen into constants."""
   converter_type = converter_class()
 
   @tf.function(input_signature=[tf.TensorSpec([1, image_size, image_size, 3], tf.float32, name='images')])
   def serve(images):
-    return {'probabilities': tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))}
+    return {'probabilities': outputs.probabilities(model(images, training=False))}
 
   frozen = convert_to_constants.convert_variables_to_constants_v2(serve.get_concrete_function())
   converter = converter_type.from_concrete_functions([frozen])
@@ -132,7 +134,7 @@ def convert(model: keras.Model, image_size: int, quantization: Quantization = Qu
     if kind != 'int8':
       raise
     cause = ' '.join(str(e).split())[:300] or type(e).__name__
-    if not quantization.float_fallback and _converts(model, image_size, quantization):
+    if not quantization.float_fallback and _converts(model, image_size, quantization, outputs):
       raise QuantizationError(f'Full-integer int8 conversion failed: some op has no int8 kernel ({cause}). Let it '
                               'run in float with --tflite_float_fallback=true (not for the Edge TPU), or export '
                               'dynamic_int8 instead.') from e
@@ -140,10 +142,11 @@ def convert(model: keras.Model, image_size: int, quantization: Quantization = Qu
                             'no quantized file of this model can be made.') from e
 
 
-def _converts(model: keras.Model, image_size: int, quantization: Quantization) -> bool:
+def _converts(model: keras.Model, image_size: int, quantization: Quantization,
+              outputs: tflite_report.Outputs) -> bool:
   """Whether int8 with float fallback converts: tells 'no int8 kernel' from 'no kernel at all'."""
   try:
-    convert(model, image_size, dataclasses.replace(quantization, float_fallback=True))
+    convert(model, image_size, dataclasses.replace(quantization, float_fallback=True), outputs)
     return True
   except QuantizationError:
     return False
@@ -165,7 +168,8 @@ def parity_images(image_size: int, count: int = PARITY_IMAGES, seed: int = 0) ->
 def export_tflite(saved_model_dir: str, model: keras.Model, build_float32: Callable[[], keras.Model],
                   image_size: int, precision: str,
                   weights: Optional[Callable[[], ContextManager]] = None,
-                  quantized: Optional[QuantizedExports] = None) -> TfliteReport:
+                  quantized: Optional[QuantizedExports] = None,
+                  outputs: tflite_report.Outputs = tflite_report.Outputs()) -> TfliteReport:
   """Writes ``<saved_model_dir>/model.tflite`` (atomically), once it is checked.
 
   The check that holds in every precision: the .tflite against the float32 copy it was converted from, within
@@ -176,11 +180,11 @@ def export_tflite(saved_model_dir: str, model: keras.Model, build_float32: Calla
   """
   with (weights() if weights else contextlib.nullcontext()):
     copy = float32_copy(model, build_float32)
-  flatbuffer = convert(copy, image_size)
+  flatbuffer = convert(copy, image_size, outputs=outputs)
   path = os.path.join(saved_model_dir, TFLITE_NAME)
   images = parity_images(image_size)
   lite = tflite_probabilities(flatbuffer, images)
-  reference = tf.nn.softmax(tf.cast(copy(images, training=False), tf.float32)).numpy()
+  reference = outputs.probabilities(copy(images, training=False)).numpy()
   difference = float(np.max(np.abs(lite - reference)))
   if difference > PARITY_TOLERANCE:
     raise RuntimeError(f'The TFLite conversion differs from the float32 weights it was converted from by '
@@ -199,23 +203,24 @@ def export_tflite(saved_model_dir: str, model: keras.Model, build_float32: Calla
                PARITY_IMAGES, difference, served_difference, precision)
   if quantized is not None:
     report = dataclasses.replace(report, measured=export_quantized(
-        saved_model_dir, copy, flatbuffer, image_size, precision, quantized))
+        saved_model_dir, copy, flatbuffer, image_size, precision, quantized, outputs))
   return report
 
 
 def export_quantized(saved_model_dir: str, copy: keras.Model, float32_file: bytes, image_size: int, precision: str,
-                     quantized: QuantizedExports) -> List[tflite_report.Row]:
+                     quantized: QuantizedExports,
+                     outputs: tflite_report.Outputs = tflite_report.Outputs()) -> List[tflite_report.Row]:
   """Each quantized kind converted, measured against the SavedModel and written, in order; the table of every file
   is written beside them either way. A kind that cannot be made, or agrees with the SavedModel's top-1 on fewer
   than ``min_agreement`` of the images, is not written and raises QuantizationError (the files before it stay)."""
-  reference = tflite_report.Reference(saved_model_dir, precision, quantized.images, quantized.labels)
+  reference = tflite_report.Reference(saved_model_dir, precision, quantized.images, quantized.labels, outputs)
   rows = [reference.row, reference.measure(TFLITE_NAME, 'float32', float32_file, quantized.images)]
   count = len(quantized.images)
   for kind in quantized.kinds:
     calibration = quantized.calibration if kind == 'int8' else None
     try:
       flatbuffer = convert(copy, image_size, Quantization(kind, calibration, quantized.int8_io,
-                                                          quantized.float_fallback))
+                                                          quantized.float_fallback), outputs)
     except QuantizationError:
       tflite_report.write(saved_model_dir, rows, count)
       raise
@@ -228,9 +233,9 @@ def export_quantized(saved_model_dir: str, copy: keras.Model, float32_file: byte
                 if kind == 'int8' else 'export float32 or float16 instead (dynamic_int8 quantizes the weights '
                 'without calibration)')
       raise QuantizationError(
-          f'{file_name(kind)} agrees with the SavedModel\'s top-1 on {row.agreement:.1%} of {count} validation images, '
-          f'below tflite_min_agreement={quantized.min_agreement:g} (top-1 {row.top_1:.4f} vs '
-          f'{reference.row.top_1:.4f}): it was not written. To keep it: {advice}; or lower tflite_min_agreement. '
+          f'{file_name(kind)} agrees with the SavedModel\'s {outputs.answers} on {row.agreement:.1%} of {count} '
+          f'validation images, below tflite_min_agreement={quantized.min_agreement:g} ({row.metric} {row.top_1:.4f} '
+          f'vs {reference.row.top_1:.4f}): it was not written. To keep it: {advice}; or lower tflite_min_agreement. '
           f'The SavedModel and {TFLITE_NAME} are complete; the table is in '
           f'{os.path.join(saved_model_dir, tflite_report.REPORT_NAME)}.txt.')
     files.atomic_write(os.path.join(saved_model_dir, file_name(kind)), flatbuffer)

@@ -24,6 +24,7 @@ from resnet.training import ema as ema_lib
 from resnet.training import fine_tuning
 from resnet.training import lr_schedules
 from resnet.training import mixing
+from resnet.training import multi_label
 from resnet.training import optimizers
 from resnet.model import resnet_model
 from resnet.model import layers
@@ -131,14 +132,21 @@ def _binary_cross_entropy(logits: tf.Tensor, targets: tf.Tensor, threshold: Opti
   return weight * tf.reduce_mean(per_class, axis=-1)
 
 
-def per_example_loss(logits: tf.Tensor, targets: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
-  """The ``loss`` param's loss of each example against its targets (see _targets)."""
+def per_example_loss(logits: tf.Tensor, targets: tf.Tensor, params: Mapping[str, Any],
+                     weighted: bool = False) -> tf.Tensor:
+  """The ``loss`` param's loss of each example against its targets (see _targets). Multi-label: ``weighted``
+  (training) weighs each class's positives by its class weight; single-label targets carry their weights."""
+  if multi_label.enabled(params):
+    return multi_label.per_example_loss(logits, targets, params['bce_target_threshold'],
+                                        class_weight_vector(params) if weighted else None)
   if params['loss'] == 'binary_cross_entropy':
     return _binary_cross_entropy(logits, targets, params['bce_target_threshold'])
   return _softmax_cross_entropy(logits, targets)
 
 
 def _targets(labels: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
+  if multi_label.enabled(params):
+    return multi_label.targets(labels, params['label_smoothing'])
   return mixing.smoothed_one_hot(labels, params['num_label_classes'], params['label_smoothing'])
 
 
@@ -171,6 +179,9 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
   model = scope.get_or_create(MODEL, lambda: build_model(params))
   if params['moving_average_decay']:
     scope.get_or_create(ema_lib.CHECKPOINT_NAME, lambda: ema_lib.ModelEMA(model, params['moving_average_decay']))
+  if mode == ModeKeys.PREDICT and multi_label.enabled(params):  # set by the application from the run's eval
+    scope.get_or_create(multi_label.THRESHOLDS,
+                        lambda: multi_label.thresholds_variable(params['num_label_classes']), saved=False)
   if mode == ModeKeys.TRAIN:
     scope.get_or_create(OPTIMIZER, lambda: build_optimizer(params, model))
     if distillation.enabled(params):  # read from its source at every start: never saved with the student
@@ -182,12 +193,18 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
 
   if mode == ModeKeys.PREDICT:
     logits = inference_logits(model, images, params)
+    if multi_label.enabled(params):
+      return EstimatorSpec(mode, predictions=multi_label.predictions(logits, scope.get(multi_label.THRESHOLDS)))
     return EstimatorSpec(mode, predictions={'classes': tf.argmax(logits, axis=-1),
                                             'probabilities': tf.nn.softmax(logits)})
   if mode == ModeKeys.TRAIN:
     return _train_step(scope, images, labels, params)
 
   logits = inference_logits(model, images, params)
+  if multi_label.enabled(params):
+    per_example = per_example_loss(logits, _targets(labels, params), params) + _weight_decay(model, params)
+    metrics, sums = multi_label.eval_metrics(logits, labels, per_example)
+    return EstimatorSpec(mode, eval_metrics=metrics, eval_sums=sums)
   weights = tf.cast(labels >= 0, tf.float32)  # padding of the last batch has label -1
   safe_labels = tf.maximum(labels, 0)
   num_classes = params['num_label_classes']
@@ -265,12 +282,13 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   if keep_prob_var is not None:
     keep_prob_var.assign(layers.scheduled_dropblock_keep_prob(step, params['train_steps'],
                                                                     params['dropblock_keep_prob']))
-  labels = _check_labels(labels, params['num_label_classes'])
+  if not multi_label.enabled(params):  # multi-hot rows hold no ids (the input pipeline checked them)
+    labels = _check_labels(labels, params['num_label_classes'])
   lr = lr_schedules.learning_rate(step, params)
   optimizer.learning_rate.assign(lr)
   targets = _targets(labels, params)
   class_weights = class_weight_vector(params)
-  if class_weights is not None:
+  if class_weights is not None and not multi_label.enabled(params):  # multi-label: in the loss (pos_weight)
     # Cross-entropy is linear in its targets: scaling an example's targets by its class weight scales its loss,
     # and mixup/CutMix then give lam * w_a * CE_a + (1 - lam) * w_b * CE_b, the weighted loss of each source.
     targets = targets * tf.gather(class_weights, labels)[:, None]
@@ -331,7 +349,7 @@ def _data_loss(scope: ObjectScope, params: Mapping[str, Any]) -> LossOf:
   teacher = scope.get(distillation.TEACHER)
 
   def loss_of(images: tf.Tensor, logits: tf.Tensor, targets: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    task = per_example_loss(logits, targets, params)
+    task = per_example_loss(logits, targets, params, weighted=True)
     task_sum = tf.reduce_sum(task)
     if teacher is None:
       return task_sum, task_sum

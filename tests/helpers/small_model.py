@@ -16,14 +16,15 @@ def model(seed: int = 0) -> keras.Model:
   return keras.Model(inputs, keras.layers.Dense(4)(x))
 
 
-def saved_model(net: keras.Model, directory: str) -> str:
-  """A SavedModel of ``net`` with the export's ``serving_images`` signature."""
+def saved_model(net: keras.Model, directory: str, multi_label: bool = False) -> str:
+  """A SavedModel of ``net`` with the export's ``serving_images`` signature (softmax, or multi-label sigmoids)."""
   module = tf.Module()
   module.model = net
 
   @tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.float32, name='images')])
   def serving_images(images):
-    return {'probabilities': tf.nn.softmax(net(images, training=False))}
+    logits = net(images, training=False)
+    return {'probabilities': tf.sigmoid(logits) if multi_label else tf.nn.softmax(logits)}
   tf.saved_model.save(module, directory, signatures={'serving_images': serving_images})
   return directory
 

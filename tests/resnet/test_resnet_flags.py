@@ -17,7 +17,8 @@ from tests.helpers import procs
 
 # What params_from_flags gives with no data_dir: the defaults, with the data-dependent counts set to ImageNet's.
 # The defaults as a run sees them: ImageNet's counts without data, the reference's v1.5 without warm-start weights.
-DEFAULTS = dict(RESNET_CFG, **resnet_config.IMAGENET_COUNTS, **architectures.VARIANT_DEFAULTS)
+DEFAULTS = dict(RESNET_CFG, **resnet_config.IMAGENET_COUNTS, **architectures.VARIANT_DEFAULTS, task='single_label',
+                **run_params.TASK_DEFAULTS['single_label'])
 
 
 def _flags(*args: str) -> flags.FlagValues:

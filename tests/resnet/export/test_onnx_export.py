@@ -52,6 +52,16 @@ def test_the_file_computes_what_the_weights_do_for_any_batch_in_the_opset_named(
   assert served.latency_ms(images[0]) > 0
 
 
+def test_a_multi_label_file_serves_sigmoids_and_decides_at_the_thresholds():
+  model = small_model.model()
+  outputs = tflite_report.Outputs((0.3, 0.5, 0.7, 0.9))
+  served = onnx_runtime.Model(onnx_export.convert(model, SIZE, opset=15, outputs=outputs))
+  images, _ = small_model.images(5, seed=1)
+  probabilities, labels = served.session.run(['probabilities', 'labels'], {'images': images})
+  np.testing.assert_allclose(probabilities, tf.sigmoid(model(images, training=False)).numpy(), atol=1e-6)
+  np.testing.assert_array_equal(labels, probabilities >= np.array(outputs.thresholds, np.float32))
+
+
 def _exports(tmp_path, kinds, min_agreement=0.0):
   model = small_model.model()
   directory = small_model.saved_model(model, str(tmp_path / 'export'))
@@ -141,7 +151,7 @@ def test_int8_is_prepared_then_quantized_per_channel(monkeypatch):
 def test_a_conversion_that_differs_from_its_weights_writes_nothing(tmp_path, monkeypatch):
   model, directory, exports = _exports(tmp_path, [])
   convert, other = onnx_export.convert, small_model.model(seed=1)
-  monkeypatch.setattr(onnx_export, 'convert', lambda net, size, opset: convert(other, size, opset))
+  monkeypatch.setattr(onnx_export, 'convert', lambda net, size, opset, outputs: convert(other, size, opset, outputs))
   with pytest.raises(RuntimeError, match=r'The ONNX conversion differs from the float32 weights .* was not written'):
     onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
   assert not glob.glob(str(tmp_path / 'export' / '*.onnx'))

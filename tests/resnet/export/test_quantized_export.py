@@ -51,6 +51,29 @@ def test_each_quantized_file_is_measured_written_and_run_by_litert(tmp_path):
   assert '| model_int8.tflite |' in (tmp_path / 'export' / 'tflite_report.txt').read_text()
 
 
+def test_multi_label_files_serve_sigmoids_and_are_measured_per_label(tmp_path):
+  model = small_model.model()
+  directory = small_model.saved_model(model, str(tmp_path / 'export'), multi_label=True)
+  images, _ = small_model.images(40, seed=1)
+  labels = (np.random.default_rng(3).uniform(size=(40, 4)) < 0.4).astype(np.int64)
+  outputs = tflite_report.Outputs((0.4, 0.5, 0.6, 0.5))
+  quantized = tflite_export.QuantizedExports(['dynamic_int8'], None, images, labels, 0.0)
+  report = tflite_export.export_tflite(directory, model, small_model.model, SIZE, 'float32', quantized=quantized,
+                                       outputs=outputs)
+  sigmoids = tf.sigmoid(model(images, training=False)).numpy()
+  with open(os.path.join(directory, 'model.tflite'), 'rb') as f:
+    np.testing.assert_allclose(litert_runtime.Model(f.read()).probabilities(images), sigmoids, atol=1e-4)
+  saved, float32, int8 = report.measured
+  assert [r.metric for r in report.measured] == ['micro F1'] * 3 and float32.agreement == 1.0
+  decided = sigmoids >= np.array(outputs.thresholds)
+  hits = np.sum(decided & (labels > 0))
+  assert saved.top_1 == pytest.approx(2 * hits / (decided.sum() + labels.sum()), abs=1e-6)
+  with open(os.path.join(directory, 'model_dynamic_int8.tflite'), 'rb') as f:
+    int8_decided = litert_runtime.Model(f.read()).probabilities(images) >= np.array(outputs.thresholds)
+  assert int8.agreement == np.mean(int8_decided == decided)   # over image x class decisions, not images
+  assert '| micro F1 | per-label agreement with the SavedModel |' in tflite_report.table(report.measured, 40)
+
+
 def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(tmp_path, monkeypatch):
   model = small_model.model()
   directory = small_model.saved_model(model, str(tmp_path / 'export'))

@@ -56,6 +56,22 @@ def test_under_binary_cross_entropy_a_uniform_guess_is_every_sigmoid_at_1_over_k
   assert divergence.uniform_guess_loss(weighted, [0.99, 0.01])[0] == pytest.approx(math.log(2) * 1.99)
 
 
+def test_multi_label_chance_is_a_guess_of_each_classs_rate_positives_weighted():
+  """A 17-class Planet-like rate of 0.17: ~0.46 per class (not ln 2 = 0.69, nor the one-label 1/K prior's 0.23);
+  with positive weights negatives / positives the positives weigh as much as the negatives."""
+  rates = [0.17] * 17
+  params = dict(task='multi_label', num_label_classes=17, class_weights=None, class_weight_normalization='batch_size')
+  entropy = -(0.17 * math.log(0.17) + 0.83 * math.log(0.83))
+  chance, how = divergence.uniform_guess_loss(params, rates)
+  assert chance == pytest.approx(entropy) and "each class's rate" in how
+  weighted = dict(params, class_weights=[0.83 / 0.17] * 17)
+  assert divergence.uniform_guess_loss(weighted, rates)[0] == pytest.approx(-0.83 * math.log(0.17 * 0.83))
+  # Without per-class counts: the one-label prior 1/K, the binary cross-entropy chance above.
+  bce = dict(num_label_classes=17, class_weights=None, class_weight_normalization='batch_size',
+             loss='binary_cross_entropy')
+  assert divergence.uniform_guess_loss(params, None)[0] == pytest.approx(divergence.uniform_guess_loss(bce, None)[0])
+
+
 @pytest.mark.slow
 def test_a_diverging_cli_run_exits_with_the_message_keeps_checkpoints_and_exports_nothing(tmp_path):
   from tools import imagenet_to_gcs, make_demo_dataset  # pylint: disable=import-outside-toplevel

@@ -26,6 +26,9 @@ BATCH = 8
 LABELS = np.array([0, 1, 2, 0, 1, 1, 2, 0], np.int32)
 IMAGES = np.random.default_rng(9).uniform(0, 255, (BATCH, 32, 32, 3)).astype(np.float32)
 WEIGHTS = [1.0, 3.0, 0.5]
+# Multi-label rows: none, one, two and all three classes (a negative row too).
+MULTI_HOT = np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0], [1, 1, 1], [0, 1, 1], [1, 0, 0], [0, 0, 0], [1, 1, 0]],
+                     np.int32)
 
 CASES = {  # name: params overrides
     'one_hot': {},
@@ -45,6 +48,11 @@ CASES = {  # name: params overrides
                                 mixup_alpha=1.0, cutmix_alpha=1.0),
     'bce_weighted_mixed': dict(loss='binary_cross_entropy', label_smoothing=0.1, class_weights=WEIGHTS,
                                mixup_alpha=1.0),
+    # Multi-hot targets: binary smoothing towards 0.5, class weights on each class's positives (pos_weight), mixed
+    # rows; and thresholded after mixing.
+    'multi_label_weighted_mixed': dict(task='multi_label', label_smoothing=0.1, class_weights=WEIGHTS,
+                                       mixup_alpha=1.0, cutmix_alpha=1.0),
+    'multi_label_threshold': dict(task='multi_label', bce_target_threshold=0.3, mixup_alpha=1.0),
 }
 
 
@@ -81,16 +89,26 @@ def test_a_target_threshold_without_binary_cross_entropy_is_refused(tmp_path):
   with pytest.raises(ValueError, match='weights would decide which classes pass the threshold'):
     tiny.resnet_params(tmp_path, loss='binary_cross_entropy', bce_target_threshold=0.2, num_label_classes=3,
                        class_weights=WEIGHTS, mixup_alpha=0.2)
-  with pytest.raises(ValueError, match="one of \\['softmax_cross_entropy', 'binary_cross_entropy'\\]"):
+  with pytest.raises(ValueError, match="one of \\[None, 'softmax_cross_entropy', 'binary_cross_entropy'\\]"):
     tiny.resnet_params(tmp_path, loss='bce')
 
 
+def _multi_label(params) -> bool:
+  return params['task'] == 'multi_label'
+
+
+def _labels(params) -> np.ndarray:
+  return MULTI_HOT if _multi_label(params) else LABELS
+
+
 def _input(params):
-  return tf.data.Dataset.from_tensor_slices((IMAGES, LABELS)).repeat().batch(params['batch_size'])
+  return tf.data.Dataset.from_tensor_slices((IMAGES, _labels(params))).repeat().batch(params['batch_size'])
 
 
 def _replica_targets(params, labels: np.ndarray) -> np.ndarray:
   smoothing = params['label_smoothing']
+  if _multi_label(params):  # weights are not in the targets: they weigh positives in the loss
+    return labels * (1 - smoothing) + smoothing / 2
   targets = np.eye(CLASSES, dtype=np.float64)[labels] * (1 - smoothing) + smoothing / CLASSES
   if params['class_weights'] is not None:
     targets *= np.asarray(params['class_weights'])[labels][:, None]
@@ -112,7 +130,8 @@ def _expected_gradients(model, params, strategy, replicas: int):
   config = mixing.MixConfig.from_params(params)
   seeds = _mix_seeds(strategy, replicas, params['random_seed'])
   for part, seed in zip(parts, seeds):
-    images, targets = tf.constant(IMAGES[part]), tf.constant(_replica_targets(params, LABELS[part]), tf.float32)
+    images = tf.constant(IMAGES[part])
+    targets = tf.constant(_replica_targets(params, _labels(params)[part]), tf.float32)
     if config.enabled:
       images, targets = mixing.mix(images, targets, config, seed)
     batches.append((images, targets.numpy().astype(np.float64)))
@@ -125,7 +144,13 @@ def _expected_gradients(model, params, strategy, replicas: int):
       logits = tf.cast(model(images, training=True), tf.float32)
     z = logits.numpy().astype(np.float64)
     weight = targets.sum(axis=1, keepdims=True)
-    if params['loss'] == 'binary_cross_entropy':  # w * mean_k BCE(z_k, q_k), q = t / w (thresholded)
+    if _multi_label(params):  # mean_k of -(w_k q log s + (1 - q) log(1 - s)): ((w_k q + 1 - q) s - w_k q) / K
+      q = targets
+      if params['bce_target_threshold']:
+        q = (q > params['bce_target_threshold']).astype(np.float64)
+      w = np.asarray(params['class_weights'] or [1.0] * CLASSES)[None, :]
+      d_logits = ((w * q + 1 - q) / (1.0 + np.exp(-z)) - w * q) / CLASSES / denominator
+    elif params['loss'] == 'binary_cross_entropy':  # w * mean_k BCE(z_k, q_k), q = t / w (thresholded)
       q = targets / weight
       if params['bce_target_threshold']:
         q = (q > params['bce_target_threshold']).astype(np.float64)
@@ -178,14 +203,14 @@ def test_one_device_step_gradient_equals_the_hand_formulation(tmp_path, case):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('case', ['weighted_mixed', 'weighted_weight_sum', 'smoothed', 'cpu_kernels',
-                                  'bce_weighted_mixed'])
+                                  'bce_weighted_mixed', 'multi_label_weighted_mixed'])
 def test_two_replica_step_gradient_equals_the_hand_formulation(tmp_path, case):
   real, expected, _ = _real_and_expected(tmp_path, case, replicas=2)
   _assert_close(real, expected, 2e-3)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('case', ['weighted', 'weighted_mixed_weight_sum'])
+@pytest.mark.parametrize('case', ['weighted', 'weighted_mixed_weight_sum', 'multi_label_weighted_mixed'])
 def test_float16_loss_scaled_step_gradient_equals_the_hand_formulation(tmp_path, case):
   real, expected, _ = _real_and_expected(tmp_path, case, replicas=2, precision='float16')
   _assert_close(real, expected, 3e-2)  # float16 activations: percent-level rounding, far below a wrong gradient

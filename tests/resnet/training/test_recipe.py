@@ -126,9 +126,9 @@ def test_a_faulty_conversion_fails_the_export_in_every_precision(tmp_path, monke
   build = lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'})  # pylint: disable=unnecessary-lambda-assignment
   real_convert = tflite_export.convert
 
-  def faulty(copy, image_size):  # a converter that loses part of the head
+  def faulty(copy, image_size, **kwargs):  # a converter that loses part of the head
     copy.get_layer('dense').kernel.assign(copy.get_layer('dense').kernel * 0.5)
-    flatbuffer = real_convert(copy, image_size)
+    flatbuffer = real_convert(copy, image_size, **kwargs)
     copy.get_layer('dense').kernel.assign(copy.get_layer('dense').kernel * 2.0)
     return flatbuffer
 

@@ -1,0 +1,94 @@
+"""Multi-label training pieces: targets, the loss, the eval step's sums and exact metrics, predictions."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet.evaluation import label_metrics
+from resnet.training import multi_label
+from resnet.estimator import hooks
+from tests.helpers import tiny
+
+LABELS = np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0], [-1, -1, -1]], np.int32)   # the last row is padding
+
+
+def test_targets_are_multi_hot_smoothed_towards_one_half():
+  np.testing.assert_allclose(multi_label.targets(tf.constant(LABELS), 0.2).numpy(),
+                             [[0.9, 0.1, 0.9], [0.1, 0.1, 0.1], [0.1, 0.9, 0.1], [0.1, 0.1, 0.1]], rtol=1e-6)
+  np.testing.assert_array_equal(multi_label.targets(tf.constant(LABELS), 0.0).numpy()[3], [0, 0, 0])
+
+
+def test_loss_is_the_mean_over_classes_of_positive_weighted_binary_cross_entropy():
+  z = np.array([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]])
+  q = np.array([[0.9, 0.1, 0.9], [0.1, 0.6, 0.1]])
+  w = np.array([2.0, 1.0, 0.5])
+  s = 1 / (1 + np.exp(-z))
+  expected = np.mean(-(w * q * np.log(s) + (1 - q) * np.log(1 - s)), axis=1)
+  real = multi_label.per_example_loss(tf.constant(z, tf.float32), tf.constant(q, tf.float32), None,
+                                      tf.constant(w, tf.float32))
+  np.testing.assert_allclose(real.numpy(), expected, rtol=1e-5)
+  hard = multi_label.per_example_loss(tf.constant(z, tf.float32), tf.constant(q, tf.float32), 0.5)
+  binary = (q > 0.5).astype(float)
+  np.testing.assert_allclose(hard.numpy(), np.mean(-(binary * np.log(s) + (1 - binary) * np.log(1 - s)), axis=1),
+                             rtol=1e-5)
+
+
+def test_eval_sums_are_the_score_histograms_and_metrics_are_exact_counts():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(64, 3)).astype(np.float32) * 4
+  labels = (rng.uniform(size=(64, 3)) < 0.3).astype(np.int32)
+  labels[-5:] = -1
+  metrics, sums = multi_label.eval_metrics(tf.constant(logits), tf.constant(labels), tf.zeros([64]))
+  np.testing.assert_array_equal(sums[multi_label.HISTOGRAMS].numpy(), label_metrics.histograms(logits, labels, 3))
+  valid = labels[:, 0] >= 0
+  exact = np.all((logits >= 0) == (labels > 0), axis=1)
+  assert float(metrics['exact_match'][0]) == exact[valid].sum() and float(metrics['exact_match'][1]) == valid.sum()
+  has = valid & (labels > 0).any(axis=1)
+  top_right = labels[np.arange(64), logits.argmax(1)] > 0
+  assert float(metrics['precision_at_1'][0]) == (top_right & has).sum()
+  assert float(metrics['precision_at_1'][1]) == has.sum()
+
+
+def test_predictions_decide_at_each_classs_threshold():
+  thresholds = multi_label.thresholds_variable(3)
+  thresholds.assign([0.5, 0.9, 0.1])
+  out = multi_label.predictions(tf.constant([[0.0, 1.0, -1.0]]), thresholds)
+  np.testing.assert_allclose(out['probabilities'].numpy(), 1 / (1 + np.exp(-np.array([[0.0, 1.0, -1.0]]))),
+                             rtol=1e-6)
+  np.testing.assert_array_equal(out['labels'].numpy(), [[1, 0, 1]])
+  assert int(out['classes'].numpy()[0]) == 1
+
+
+def test_the_model_fn_trains_and_evaluates_multi_hot_batches(tmp_path):
+  params = tiny.resnet_params(tmp_path, task='multi_label', num_label_classes=3, train_batch_size=4,
+                              eval_batch_size=4, num_train_images=8, num_eval_images=4, train_steps=2)
+  assert (params['loss'], params['best_metric']) == ('binary_cross_entropy', 'mAP')
+  images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype(np.float32)
+  data = lambda p: tf.data.Dataset.from_tensors((images, LABELS))
+  estimator = tiny.resnet_estimator(params)
+  estimator.train(lambda p: data(p).repeat(), max_steps=2)
+  seen = {}
+
+  class Keep(hooks.EvalHook):
+    def end(self, results, sums):
+      seen.update(sums)
+      return super().end(results, sums)
+  results = estimator.evaluate(data, hooks=[Keep()])
+  assert results['num_examples'] == 3    # the padding row is no example
+  assert seen[multi_label.HISTOGRAMS].shape == (2, 3, label_metrics.BINS)
+  assert seen[multi_label.HISTOGRAMS].sum() == 9
+
+
+@pytest.mark.parametrize('overrides,message', [
+    (dict(loss='softmax_cross_entropy'), 'softmax makes the classes compete'),
+    (dict(teacher_checkpoint='/x'), "distillation's soft term"),
+    (dict(class_weights=[1.0, 2.0], class_weight_normalization='weight_sum'), 'class_weight_normalization=batch_size'),
+])
+def test_what_assumes_one_class_per_image_is_refused(tmp_path, overrides, message):
+  with pytest.raises(ValueError, match=message):
+    tiny.resnet_params(tmp_path, task='multi_label', **overrides)
+
+
+def test_single_label_runs_keep_their_loss_and_best_metric(tmp_path):
+  params = tiny.resnet_params(tmp_path)
+  assert (params['task'], params['loss'], params['best_metric']) == ('single_label', 'softmax_cross_entropy',
+                                                                      'top_1_accuracy')
