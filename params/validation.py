@@ -167,6 +167,9 @@ def multi_label_learns_sigmoids(p: Mapping[str, Any]) -> Optional[str]:
   if p['teacher_checkpoint']:
     return ("task=multi_label with teacher_checkpoint: distillation's soft term is a softmax over the classes, "
             'which multi-label data has not. Train without a teacher')
+  if p['best_metric'] in ('top_1_accuracy', 'top_5_accuracy'):
+    return (f'task=multi_label with best_metric={p["best_metric"]}: multi-label eval reports mAP, micro_AP, '
+            'micro_f1, macro_f1 (and *_tuned), exact_match, precision_at_1, loss. Unset best_metric (mAP) or name one')
   if p['class_weights'] is not None and p['class_weight_normalization'] == 'weight_sum':
     return ('task=multi_label with class_weight_normalization=weight_sum: multi-label class weights weigh each '
             "class's positives (BCE's pos_weight), not examples, so there is no sum of example weights to divide by. "

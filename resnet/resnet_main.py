@@ -108,12 +108,14 @@ def predict(estimator: Estimator, params: Params) -> str:
     split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
     source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True, dtype=dtype)
   output = params.predict_output or os.path.join(params.model_dir, 'predictions.csv')
-  thresholds = multi_label_report.use_decision_thresholds(estimator, params)
+  checkpoint = estimator.latest_checkpoint()   # one lookup: the thresholds are those of the weights predicting
+  thresholds = multi_label_report.use_decision_thresholds(estimator, params, checkpoint)
   if deployed:
+    thresholds = predictions_lib.deployed_file_thresholds(deployed, thresholds)
     read = predictions_lib.tflite_predictions if params.predict_tflite else predictions_lib.onnx_predictions
     predictions = read(deployed, source.input_fn, size, params.predict_batch_size, params.num_label_classes)
   else:
-    predictions = estimator.predict(source.input_fn)
+    predictions = estimator.predict(source.input_fn, checkpoint, weights=wiring.eval_weights(estimator))
   if thresholds is not None:
     labelled = predictions_lib.LabelledMultiLabel(params, thresholds)
     rows = predictions_lib.write_multi_label_predictions(predictions, output, params, thresholds, labelled)

@@ -114,9 +114,13 @@ def data_counts(values: Mapping[str, Any]) -> Dict[str, Any]:
       logging.warning('%s', warning)
     if values.get('task') is None:
       filled['task'] = info.task
+    elif values['task'] == 'single_label' and info.task == 'multi_label':
+      raise ValueError(f'task=single_label, but {info.summary_path} says the data is multi_label: its negatives and '
+                       'images of several labels would be skipped as bad records. Leave task unset (multi-label '
+                       'training), or convert the data with one label per image.')
     elif values['task'] != info.task:
-      logging.warning('task=%s, but %s says the data is %s: training reads it as %s.', values['task'],
-                      info.summary_path, info.task, values['task'])
+      logging.warning('task=%s on the single-label data in %s: each image is a multi-hot row of its one label.',
+                      values['task'], info.summary_path)
     if filled:
       logging.info('From %s: %s', info.summary_path, ', '.join(f'{k}={v}' for k, v in sorted(filled.items())))
     fills.update(filled)

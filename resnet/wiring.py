@@ -93,7 +93,8 @@ def train_hooks(params: Params, estimator: Estimator,
 def eval_hooks(params: Params) -> List[Any]:
   if multi_label.enabled(params):
     from resnet.evaluation import multi_label_report  # pylint: disable=g-import-not-at-top
-    return [multi_label_report.MultiLabelReport(class_names.read_class_names(params))]
+    return [multi_label_report.MultiLabelReport(class_names.read_class_names(params),
+                                                multi_label_report.served_view(params))]
   if not (resnet_model_fn.per_class_metrics(params) or params.max_misclassified_rows):
     return []
   from resnet.evaluation import eval_report  # pylint: disable=g-import-not-at-top

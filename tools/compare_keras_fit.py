@@ -130,6 +130,10 @@ def read_summary(data_dir: str) -> Dict[str, int]:
                             'dataset.')
   with open(path) as f:
     summary = json.load(f)
+  if summary.get('task', 'single_label') != 'single_label':
+    raise ValueError(f'{path} says task={summary["task"]!r}: this comparison is of single-label classifiers (top-1 '
+                     "accuracy, Keras' sparse categorical cross-entropy); train multi-label data with "
+                     'resnet/resnet_main.py (docs/multi_label.md).')
   splits = summary.get('splits', {})
   counts = {'num_classes': summary.get('num_classes'),
             'num_train_images': splits.get('train', {}).get('images'),

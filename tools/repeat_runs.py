@@ -3,7 +3,8 @@ r"""Repeats one training command and prints the spread of its accuracy: what a f
 A seeded run (``--random_seed``) turns on deterministic kernels, which are not the ones users run unseeded; a
 README figure is only one a user can expect when it comes with the spread over a few unseeded runs. Each run is
 ``resnet_main --mode=train_and_eval`` in a model_dir of its own (``OUTPUT_DIR/NAME-N``); the table gives top-1,
-macro F1 and each class's recall as median (min-max), and counts runs that failed (e.g. stopped as diverged).
+macro F1 and each class's recall as median (min-max) (multi-label runs: mAP, micro AP, F1 at 0.5 and at the tuned
+thresholds, each class's AP), and counts runs that failed (e.g. stopped as diverged).
 
   python -m tools.repeat_runs --name=balanced --runs=5 --output_dir=study -- \
       --config_file=small_data --data_dir=imb/data --train_steps=300 --class_weights=balanced
@@ -53,17 +54,36 @@ def run_once(args: Sequence[str], model_dir: str, seed: Optional[str]) -> Dict[s
   return results
 
 
+# Multi-label runs: what their eval reports instead of top-1 (label_metrics.report).
+MULTI_LABEL = {'mAP': 'mAP', 'micro AP': 'micro_AP', 'micro F1 at 0.5': 'micro_f1',
+               'micro F1 at tuned thresholds': 'micro_f1_tuned', 'macro F1 at 0.5': 'macro_f1',
+               'macro F1 at tuned thresholds': 'macro_f1_tuned'}
+
+
+def _finished(run: Mapping[str, object]) -> bool:
+  return 'top_1_accuracy' in run or 'mAP' in run
+
+
 def summary_rows(runs: Sequence[Mapping[str, object]]) -> List[str]:
-  """'metric: median (min-max)' for top-1, macro F1 and each class's recall over the runs that finished."""
-  done = [r for r in runs if 'top_1_accuracy' in r]
+  """'metric: median (min-max)' for top-1, macro F1 and each class's recall over the runs that finished (multi-label
+  runs: mAP, micro AP, micro and macro F1 at 0.5 and at the tuned thresholds, each class's AP)."""
+  done = [r for r in runs if _finished(r)]
   lines = [f'{len(done)} of {len(runs)} runs finished' + (
-      f'; failed (exit code): {[r["exit_code"] for r in runs if "top_1_accuracy" not in r]}'
+      f'; failed (exit code): {[r["exit_code"] for r in runs if not _finished(r)]}'
       if len(done) < len(runs) else '')]
   if not done:
     return lines
-  values = {'top-1': [r['top_1_accuracy'] for r in done], 'macro F1': [r.get('macro_f1', float('nan')) for r in done]}
-  for name in done[0].get('per_class', {}):
-    values[f'{name} recall'] = [r['per_class'][name]['recall'] for r in done]
+  if 'mAP' in done[0]:
+    values = {name: [r[key] for r in done] for name, key in MULTI_LABEL.items()}
+    for name in done[0].get('per_class', {}):   # AP is None where a run's split had no positive of the class
+      aps = [r['per_class'][name]['AP'] for r in done if r['per_class'].get(name, {}).get('AP') is not None]
+      if aps:
+        values[f'{name} AP'] = aps
+  else:
+    values = {'top-1': [r['top_1_accuracy'] for r in done],
+              'macro F1': [r.get('macro_f1', float('nan')) for r in done]}
+    for name in done[0].get('per_class', {}):
+      values[f'{name} recall'] = [r['per_class'][name]['recall'] for r in done]
   for metric, xs in values.items():
     lines.append(f'{metric}: {spread(xs)}   runs: {", ".join(f"{x:.3f}" for x in xs)}')
   return lines
@@ -87,7 +107,8 @@ def main(argv: Sequence[str]) -> None:
   for i, (seed, model_dir) in enumerate(zip(plan, model_dirs), 1):
     runs.append(run_once(args, model_dir, seed))
     print(f'{FLAGS.name} run {i}/{len(plan)} (seed {seed}): exit {runs[-1]["exit_code"]}, '
-          f'top-1 {runs[-1].get("top_1_accuracy", "-")}, {runs[-1]["wall_seconds"]} s', flush=True)
+          f'top-1 {runs[-1].get("top_1_accuracy", "-")}, mAP {runs[-1].get("mAP", "-")}, '
+          f'{runs[-1]["wall_seconds"]} s', flush=True)
   with open(os.path.join(FLAGS.output_dir, f'{FLAGS.name}.json'), 'w') as f:
     json.dump({'args': list(args), 'runs': runs}, f, indent=1)
   print(f'\n{FLAGS.name}: resnet_main {" ".join(args)}')

@@ -521,23 +521,26 @@ class Estimator:
     return (self.checkpoints.path_for_step(int(step)) if step >= 0 else None), bool(timed_out)
 
   # ------------------------------------------------------------------------------------------------ predict
-  def predict(self, input_fn: InputFn, checkpoint_path: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+  def predict(self, input_fn: InputFn, checkpoint_path: Optional[str] = None,
+              weights: Optional[Callable[[], ContextManager]] = None) -> Iterator[Dict[str, Any]]:
     """Yields one dict of numpy values per example (padding included: the caller knows its own marker).
 
     String features (file names) never enter the replica function: they are copied from the input on the host.
+    ``weights()``: a context in which the variables hold the weights to predict with (as evaluate's).
     """
     self._load_weights(ModeKeys.PREDICT, checkpoint_path, 'predict with')
     step = loops.predict_step(self.strategy, self.replica_fns.predict())
-    for element in self.distribute(input_fn, ModeKeys.PREDICT):
-      features, labels = loops.split_element(element)
-      device, host = loops.split_host_features(features)
-      outputs = dict(step(device, labels))
-      if labels is not None:
-        outputs['label'] = labels
-      outputs.update(host)
-      batch = self._local_examples(outputs)
-      for i in range(len(next(iter(batch.values())))):
-        yield {k: v[i] for k, v in batch.items()}
+    with (weights() if weights else contextlib.nullcontext()):
+      for element in self.distribute(input_fn, ModeKeys.PREDICT):
+        features, labels = loops.split_element(element)
+        device, host = loops.split_host_features(features)
+        outputs = dict(step(device, labels))
+        if labels is not None:
+          outputs['label'] = labels
+        outputs.update(host)
+        batch = self._local_examples(outputs)
+        for i in range(len(next(iter(batch.values())))):
+          yield {k: v[i] for k, v in batch.items()}
 
   # ------------------------------------------------------------------------------------------------ export
   def load_for_export(self, checkpoint_path: Optional[str] = None) -> Optional[str]:

@@ -1,11 +1,12 @@
 """What each evaluation of a multi-label run reports (an Estimator eval hook): mAP, micro AP, precision / recall /
 F1 at 0.5 and at thresholds tuned on this evaluation, per class, into ``<eval>_results.json`` and TensorBoard (the
-scalars, and a precision-recall curve per class and pooled). ``label_thresholds`` in the results are what predict
-and export decide with (``decision_thresholds``): each class's F1-best threshold on the validation split.
+scalars, and a precision-recall curve per class and pooled). ``label_thresholds`` in the results (and each
+evaluated step's in model_dir/label_thresholds.json) are what predict and export decide with
+(``decision_thresholds``): each class's F1-best threshold on the validation split.
 """
 import json
 import os
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 import numpy as np
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 from resnet.estimator import best_checkpoint
 from resnet.estimator import checkpoints
+from resnet.estimator import files
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.spec import ModeKeys
 from resnet.evaluation import label_metrics
@@ -23,17 +25,44 @@ MAX_CURVES = 100
 
 
 class MultiLabelReport(hooks_lib.EvalHook):
+  """``tuned_on``: what the evaluation scores (the weights, the test-time views), recorded with its thresholds so
+  that predict and export can say when they serve something else."""
 
-  def __init__(self, class_names: Sequence[str]):
+  def __init__(self, class_names: Sequence[str], tuned_on: Mapping[str, str]):
     self.class_names = list(class_names)
+    self.tuned_on = dict(tuned_on)
+    self._record: Optional[Tuple[str, int]] = None
+
+  def begin(self, estimator, name: str) -> None:
+    # The chief of the run's own evaluation records each step's thresholds (a one-shot eval of an older
+    # checkpoint then adds its step instead of replacing the latest one's).
+    self._record = ((estimator.model_dir, int(estimator.global_step.numpy()))
+                    if estimator.is_chief and name == 'eval' else None)
 
   def end(self, results: Mapping[str, Any], sums: Mapping[str, np.ndarray]) -> hooks_lib.EvalReport:
     hists = sums[multi_label.HISTOGRAMS]
     out = label_metrics.report(hists, self.class_names)
+    out['label_thresholds_tuned_on'] = self.tuned_on
     logging.info('Multi-label eval: mAP=%.4f micro_AP=%.4f; at 0.5: micro_f1=%.4f macro_f1=%.4f; at the tuned '
                  'thresholds: micro_f1=%.4f macro_f1=%.4f (tuned on this split: optimistic for it).', out['mAP'],
                  out['micro_AP'], out['micro_f1'], out['macro_f1'], out['micro_f1_tuned'], out['macro_f1_tuned'])
+    if self._record is not None:
+      record_thresholds(*self._record, out['label_thresholds'], list(out['per_class']), self.tuned_on)
     return hooks_lib.EvalReport(results=out, tensors=_pr_curves(hists, list(out['per_class'])))
+
+
+THRESHOLDS_FILE = 'label_thresholds.json'
+KEPT_STEPS = 50
+
+
+def record_thresholds(model_dir: str, step: int, thresholds: Sequence[float], class_names: Sequence[str],
+                      tuned_on: Mapping[str, str]) -> None:
+  """model_dir/label_thresholds.json: each evaluated step's thresholds (the newest KEPT_STEPS), atomically."""
+  path = os.path.join(model_dir, THRESHOLDS_FILE)
+  steps = (_read_json(path) or {}).get('steps', {})
+  steps[str(step)] = {'thresholds': list(thresholds), 'tuned_on': dict(tuned_on)}
+  kept = dict(sorted(steps.items(), key=lambda item: int(item[0]))[-KEPT_STEPS:])
+  files.atomic_write(path, json.dumps({'class_names': list(class_names), 'steps': kept}, indent=1))
 
 
 def _pr_curves(hists: np.ndarray, names: List[str]) -> dict:
@@ -46,46 +75,89 @@ def _pr_curves(hists: np.ndarray, names: List[str]) -> dict:
 
 
 def use_decision_thresholds(estimator, params: Mapping[str, Any], checkpoint: Optional[str] = None,
-                            best: bool = False) -> Optional[List[float]]:
+                            best: bool = False, averaged: bool = True,
+                            single_view: bool = False) -> Optional[List[float]]:
   """Sets the thresholds predict and export decide with, for ``checkpoint`` (default: the latest; ``best``:
-  model_dir/best/'s) and returns them; None for a single-label run."""
+  model_dir/best/'s) and returns them; None for a single-label run. ``averaged``: whether what is served holds the
+  moving-average weights (when the run keeps them); ``single_view``: whether it serves one view whatever ``tta`` is
+  (exports): a warning says when the thresholds were tuned on something else."""
   if not multi_label.enabled(params):
     return None
   estimator.build(ModeKeys.PREDICT)
   path = checkpoint or estimator.latest_checkpoint()
   step = checkpoints.checkpoint_step(path) if path else None
-  thresholds, source = decision_thresholds(params['model_dir'], step, params['num_label_classes'], best)
+  thresholds, source, tuned_on = decision_thresholds(params['model_dir'], step, params['num_label_classes'], best)
   estimator.scope.get(multi_label.THRESHOLDS).assign(thresholds)
   logging.info('Multi-label decisions: per-class thresholds %s: %s', source,
                ', '.join(f'{t:.3f}' for t in thresholds[:20]) + (', ...' if len(thresholds) > 20 else ''))
+  served = served_view(params, averaged, single_view)
+  differs = {k: (v, served[k]) for k, v in tuned_on.items() if k in served and served[k] != v}
+  if differs:
+    logging.warning('The thresholds were tuned on %s, but this serves %s: its decisions may be off. Evaluate what '
+                    'you serve (e.g. export_moving_average=true, or tta=none) for thresholds that fit it.',
+                    ', '.join(f'{k}={a}' for k, (a, _) in differs.items()),
+                    ', '.join(f'{k}={b}' for k, (_, b) in differs.items()))
   return thresholds
 
 
+def served_view(params: Mapping[str, Any], averaged: bool = True, single_view: bool = False) -> Dict[str, str]:
+  """What an evaluation, predict or export with these params scores: the weights and the test-time views."""
+  weights = 'moving_average' if params['moving_average_decay'] and averaged else 'trained'
+  return {'weights': weights, 'tta': 'none' if single_view else params['tta']}
+
+
 def decision_thresholds(model_dir: str, step: Optional[int], num_classes: int,
-                        best: bool = False) -> Tuple[List[float], str]:
-  """(each class's threshold, where it came from) for the checkpoint at ``step``: the ``label_thresholds`` its
-  evaluation recorded (model_dir/best/'s record with ``best``, else eval_results.json); 0.5 for every class, with
-  a warning, where no evaluation of that step recorded them."""
-  path = os.path.join(model_dir, 'best', best_checkpoint.RESULTS_FILE) if best else os.path.join(model_dir,
-                                                                                                 'eval_results.json')
-  record = _read_json(path)
-  thresholds = record.get('label_thresholds') if record else None
-  if thresholds is not None and len(thresholds) == num_classes and (step is None or record.get('global_step') == step):
-    return [float(t) for t in thresholds], f'tuned on the validation split at step {record.get("global_step")} ({path})'
-  why = ('none recorded' if thresholds is None else f'they are of step {record.get("global_step")}, not {step}'
+                        best: bool = False) -> Tuple[List[float], str, Dict[str, str]]:
+  """(each class's threshold, where it came from, what it was tuned on) for the checkpoint at ``step``: those its
+  evaluation recorded (model_dir/best/'s record with ``best``, else label_thresholds.json, else an
+  eval_results.json of that step); 0.5 for every class, with a warning, where no evaluation of that step
+  recorded them."""
+  if best:
+    path = os.path.join(model_dir, 'best', best_checkpoint.RESULTS_FILE)
+    record = _read_json(path) or {}
+    found = record.get('label_thresholds'), record.get('global_step'), record.get('label_thresholds_tuned_on')
+  else:
+    path = os.path.join(model_dir, THRESHOLDS_FILE)
+    entry = ((_read_json(path) or {}).get('steps') or {}).get(str(step)) if step is not None else None
+    found = (entry or {}).get('thresholds'), step, (entry or {}).get('tuned_on')
+    if entry is None:   # a run from before label_thresholds.json: its last evaluation's record
+      results = _read_json(os.path.join(model_dir, 'eval_results.json')) or {}
+      if results.get('global_step') == step:
+        path, found = (os.path.join(model_dir, 'eval_results.json'),
+                       (results.get('label_thresholds'), step, results.get('label_thresholds_tuned_on')))
+  thresholds, at, tuned_on = found
+  if thresholds is not None and len(thresholds) == num_classes and (step is None or at == step):
+    return ([float(t) for t in thresholds], f'tuned on the validation split at step {at} ({path})',
+            dict(tuned_on or {}))
+  why = ('none recorded' if thresholds is None else f'they are of step {at}, not {step}'
          if len(thresholds) == num_classes else f'{len(thresholds)} thresholds for {num_classes} classes')
   logging.warning('Multi-label decisions at 0.5 for every class: %s has no tuned thresholds for this checkpoint (%s). '
                   'Evaluate it first (--mode=eval) to tune them.', path, why)
-  return [0.5] * num_classes, 'the default 0.5 (no evaluation of this checkpoint recorded tuned ones)'
+  return [0.5] * num_classes, 'the default 0.5 (no evaluation of this checkpoint recorded tuned ones)', {}
+
+
+def write_export_thresholds(directory: str, thresholds: Sequence[float], class_names: Sequence[str]) -> str:
+  """label_thresholds.json beside the exported files: what an app decides with, and --predict_tflite/onnx read."""
+  path = os.path.join(directory, THRESHOLDS_FILE)
+  files.atomic_write(path, json.dumps({'class_names': list(class_names), 'thresholds': list(thresholds),
+                                       'decide': 'probability >= threshold, per class'}, indent=1))
+  return path
+
+
+def deployed_thresholds(file_path: str, num_classes: int) -> Optional[List[float]]:
+  """The thresholds exported beside a .tflite/.onnx file, or None."""
+  record = _read_json(os.path.join(os.path.dirname(file_path), THRESHOLDS_FILE)) or {}
+  thresholds = record.get('thresholds')
+  return [float(t) for t in thresholds] if thresholds and len(thresholds) == num_classes else None
 
 
 def _read_json(path: str) -> Optional[dict]:
-  if not tf.io.gfile.exists(path):
-    return None
   try:
+    if not tf.io.gfile.exists(path):
+      return None
     with tf.io.gfile.GFile(path) as f:
       record = json.load(f)
-  except (ValueError, OSError) as e:
+  except (ValueError, OSError, tf.errors.OpError) as e:
     logging.warning('Could not read %s (%s).', path, e)
     return None
   return record if isinstance(record, dict) else None

@@ -82,6 +82,21 @@ class LabelledMultiLabel:
     return path
 
 
+def deployed_file_thresholds(path: str, run_thresholds: Optional[List[float]]) -> Optional[List[float]]:
+  """A multi-label .tflite/.onnx decides with the thresholds exported beside it (those of the checkpoint it came
+  from), else with the run's."""
+  if run_thresholds is None:
+    return None
+  from resnet.evaluation import multi_label_report  # pylint: disable=g-import-not-at-top
+  beside = multi_label_report.deployed_thresholds(path, len(run_thresholds))
+  if beside is None:
+    logging.warning('%s has no %s beside it: deciding with the run\'s thresholds.', path,
+                    multi_label_report.THRESHOLDS_FILE)
+    return run_thresholds
+  logging.info('Multi-label decisions: the thresholds exported with %s.', path)
+  return beside
+
+
 def write_multi_label_predictions(predictions, output: str, params: Params, thresholds: Sequence[float],
                                   labelled: Optional[LabelledMultiLabel] = None) -> int:
   """CSV: image, its labels (if known), the labels at or above their class's threshold (space-separated, as

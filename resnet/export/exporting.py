@@ -42,7 +42,8 @@ def export(estimator: Estimator, params: Mapping[str, Any],
     return None
   checkpoint = best_checkpoint_path(params, best) if params['export_best'] else None  # the same files on every worker
   estimator.load_for_export(checkpoint)
-  thresholds = multi_label_report.use_decision_thresholds(estimator, params, checkpoint, best=checkpoint is not None)
+  thresholds = multi_label_report.use_decision_thresholds(estimator, params, checkpoint, best=checkpoint is not None,
+                                                          averaged=params['export_moving_average'], single_view=True)
   return estimator.on_chief(lambda: _export(estimator, params, checkpoint, thresholds),
                             f'export to {params["export_dir"]}')
 
@@ -58,6 +59,10 @@ def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optiona
                                       checkpoint_path=checkpoint, assets_extra_fn=warmup_requests(params),
                                       weights=weights)
   print(f'Exported SavedModel: {path} ({params["precision"]})')
+  if thresholds is not None:
+    from resnet.evaluation import class_names  # pylint: disable=g-import-not-at-top
+    logging.info('Multi-label thresholds for apps: %s', multi_label_report.write_export_thresholds(
+        path, thresholds, class_names.read_class_names(params)))
   if params['export_tflite'] or params['tflite_quantizations']:
     export_tflite(estimator, params, path, weights, quantized, outputs)
   if onnx is not None:

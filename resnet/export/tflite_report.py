@@ -1,7 +1,8 @@
 """What quantization cost, measured on the run's own validation images: for the float32 SavedModel and each .tflite
 (or .onnx, ``onnx_export``), top-1 accuracy, agreement with the SavedModel's top-1 (share of images with the same
 class), file size and the median single-image latency on this machine. Multi-label runs (``Outputs``): micro F1 at
-the run's thresholds, and agreement per label (share of image x class decisions equal to the SavedModel's). Written
+the run's thresholds, and the agreement of the positive labels (image x class) with the SavedModel's (their Jaccard
+index: shared positives over the positives of either). Written
 beside the files as ``tflite_report.json`` and a table in ``tflite_report.txt`` (``onnx_report.*`` for the ONNX
 files).
 """
@@ -36,7 +37,7 @@ class Outputs:
 
   @property
   def answers(self) -> str:
-    return 'decisions (image x class)' if self.multi_label else 'top-1'
+    return 'positive labels (image x class)' if self.multi_label else 'top-1'
 
   @property
   def score_name(self) -> str:
@@ -51,6 +52,14 @@ class Outputs:
     if self.multi_label:
       return (np.asarray(probabilities) >= np.asarray(self.thresholds, np.float32)).astype(np.int64)
     return np.asarray(probabilities).argmax(axis=1)
+
+  def agreement(self, decided: np.ndarray, reference: np.ndarray) -> float:
+    """Share of images with the reference's top-1; multi-label: of the positive decisions (image x class) either
+    makes, those both make (their Jaccard index), so the many easy negatives cannot hide a broken file."""
+    if not self.multi_label:
+      return float(np.mean(decided == reference))
+    either = np.sum((decided > 0) | (reference > 0))
+    return float(np.sum((decided > 0) & (reference > 0)) / either) if either else 1.0
 
   def score(self, decided: np.ndarray, labels: np.ndarray) -> float:
     """top-1 accuracy, or micro F1 of the decisions against multi-hot labels."""
@@ -67,7 +76,7 @@ class Row:
   kind: str            # 'saved_model', 'float32', 'float16', 'dynamic_int8', 'int8'
   bytes: int
   top_1: float         # the score: top-1 accuracy, or micro F1 (``metric``)
-  agreement: float     # share of images whose top-1 equals the SavedModel's (multi-label: of image x class decisions)
+  agreement: float     # share of images whose top-1 equals the SavedModel's (multi-label: Outputs.agreement)
   latency_ms: float    # median of one image, batch 1
   runtime: str
   kept: bool = True    # False: below the agreement threshold, not written
@@ -111,13 +120,13 @@ class Reference:
               runtime: str) -> Row:
     """A file's row from its probabilities on the reference's images, answered as the SavedModel's are."""
     predicted = self.outputs.decide(probabilities)
-    return Row(name, kind, size, self.outputs.score(predicted, self.labels), float(np.mean(predicted == self.predicted)),
-               latency_ms, runtime, metric=self.outputs.score_name)
+    return Row(name, kind, size, self.outputs.score(predicted, self.labels),
+               self.outputs.agreement(predicted, self.predicted), latency_ms, runtime, metric=self.outputs.score_name)
 
 
 def table(rows: Sequence[Row], num_images: int) -> str:
   metric = rows[0].metric if rows else 'top-1'
-  agreement = 'per-label agreement' if metric == 'micro F1' else 'agreement'
+  agreement = 'agreement of positive labels' if metric == 'micro F1' else 'agreement'
   lines = [f'Measured on {num_images} validation images (latency: one image, batch 1, this machine):',
            f'| file | size MB | {metric} | {agreement} with the SavedModel | latency ms | runtime |',
            '|---|---|---|---|---|---|']

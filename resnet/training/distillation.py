@@ -56,6 +56,9 @@ def teacher_config(params: Mapping[str, Any]) -> Tuple[ModelConfig, str, bool]:
     recorded = model_dir_lib.recorded_params(directory) or {}
     if recorded:
       source = f'the run of {path} ({os.path.join(directory, model_dir_lib.PARAMS_FILE)})'
+      if recorded.get('task') == 'multi_label':
+        raise ValueError(f'teacher_checkpoint: {source} is a multi-label model (a sigmoid per class), but '
+                         "distillation's soft term is a softmax over the classes: name a single-label teacher.")
       values = {key: recorded[key] for key in resnet_config.MODEL_PARAMS if recorded.get(key) is not None}
       moving_average = bool(recorded.get('moving_average_decay'))   # what that run's eval read
     else:

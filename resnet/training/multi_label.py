@@ -4,9 +4,12 @@ any number of the classes; padding rows are -1), each class a sigmoid.
 - Targets: the multi-hot row, label-smoothed towards 0.5 (``y (1 - e) + e / 2``: Keras' and TF Model Garden's
   binary label smoothing), mixed by mixup/CutMix as they are (a mixed row is the mix of two rows), and binarised by
   ``bce_target_threshold`` when set.
-- Loss: binary cross-entropy per class averaged over the classes, with ``class_weights`` as each class's weight of
-  its positives (``pos_weight``: ``-(w q log s + (1 - q) log(1 - s))``); examples all weigh 1, so the loss's mean
-  over the batch is unchanged by the weights' sum (``class_weight_normalization=weight_sum`` is refused).
+- Loss: binary cross-entropy per class averaged over the classes, with ``class_weights`` weighing each class's
+  positives: the term of class c weighs ``1 + (w_c - 1) q`` (w_c on a positive, 1 on a negative, in between for a
+  smoothed or mixed target). For hard targets that is PyTorch's ``pos_weight`` exactly; unlike ``pos_weight`` it
+  keeps each term's optimum at its target q, so label smoothing and mixup still mean what they say (``pos_weight``
+  would pull a rare class's smoothed negatives, q = e/2, towards w e / (w e + 2 - e), 0.84 at w = 99, e = 0.1).
+  Examples all weigh 1 (``class_weight_normalization=weight_sum`` is refused).
 - Eval: the loss, exact-match and precision@1 as exact sums, and each class's score histograms
   (``label_metrics``), from which the eval hook computes mAP, F1 and tuned thresholds.
 - Predict and export: per-class probabilities, the decision at each class's threshold (``THRESHOLDS``, a variable
@@ -23,22 +26,21 @@ HISTOGRAMS = 'label_score_histograms'
 
 
 def targets(labels: tf.Tensor, smoothing: float) -> tf.Tensor:
-  """Multi-hot labels [B, K] (rows of -1 read as 0: their examples weigh 0) to smoothed binary targets."""
+  """Multi-hot labels [B, K] to smoothed binary targets (padding rows of -1, which only eval sees, read as 0; eval
+  weighs their examples 0)."""
   y = tf.cast(tf.maximum(labels, 0), tf.float32)
   return y * (1.0 - smoothing) + smoothing / 2.0 if smoothing else y
 
 
 def per_example_loss(logits: tf.Tensor, targets_: tf.Tensor, threshold: Optional[float],
                      positive_weights: Optional[tf.Tensor] = None) -> tf.Tensor:
-  """The mean over classes of each class's (positive-weighted) binary cross-entropy, one value per example."""
+  """The mean over classes of each class's binary cross-entropy, weighted ``1 + (w - 1) q`` with
+  ``positive_weights`` w; one value per example."""
   if threshold:
     targets_ = tf.cast(targets_ > threshold, tf.float32)
-  logits = tf.cast(logits, tf.float32)
-  if positive_weights is None:
-    per_class = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets_, logits=logits)
-  else:
-    per_class = tf.nn.weighted_cross_entropy_with_logits(labels=targets_, logits=logits,
-                                                          pos_weight=positive_weights)
+  per_class = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets_, logits=tf.cast(logits, tf.float32))
+  if positive_weights is not None:
+    per_class *= 1.0 + (positive_weights - 1.0) * targets_
   return tf.reduce_mean(per_class, axis=-1)
 
 

@@ -102,7 +102,7 @@ def test_tflite_files_serve_sigmoids_measured_per_label_and_predict_decides_with
   result = cli.run_in_process('--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "export"}',
                               '--export_tflite=true', '--tflite_quantizations=dynamic_int8', base=())
   assert result.code == 0, result.log
-  assert '| file | size MB | micro F1 | per-label agreement with the SavedModel |' in result.out
+  assert '| file | size MB | micro F1 | agreement of positive labels with the SavedModel |' in result.out
   version = glob.glob(str(tmp_path / 'export' / '*'))[0]
   with open(os.path.join(version, 'tflite_report.json')) as f:
     rows = json.load(f)['rows']
@@ -116,7 +116,9 @@ def test_tflite_files_serve_sigmoids_measured_per_label_and_predict_decides_with
   result = cli.run_in_process('--mode=predict', f'--model_dir={model_dir}', f'--predict_output={output}',
                               f'--predict_tflite={os.path.join(version, "model.tflite")}', base=())
   assert result.code == 0, result.log
-  assert 'tuned on the validation split at step 8' in result.log
+  assert 'the thresholds exported with' in result.log   # label_thresholds.json beside the file
+  with open(os.path.join(version, 'label_thresholds.json')) as f:
+    assert json.load(f)['thresholds'] == _eval_results(model_dir)['label_thresholds']
   checkpoint_output = str(tmp_path / 'checkpoint.csv')
   assert cli.run_in_process('--mode=predict', f'--model_dir={model_dir}', f'--predict_output={checkpoint_output}',
                             base=()).code == 0
@@ -127,9 +129,48 @@ def test_tflite_files_serve_sigmoids_measured_per_label_and_predict_decides_with
   assert len(answers[0]) == 6 and answers[0] == answers[1]   # the file decides as the checkpoint does
 
 
-def test_days_later_eval_tunes_again_and_predict_without_it_decides_at_one_half(run, tmp_path):
+def test_a_warm_start_from_a_run_of_other_classes_starts_the_new_head_at_the_prior(run, tmp_path):
+  """The 4-class run's backbone into a 3-class multi-label model (synthetic data): the head starts fresh, its
+  biases at the prior -ln(K - 1), and the export without an evaluation decides at 0.5, saying so."""
   model_dir, _, _ = run
-  os.remove(os.path.join(model_dir, 'eval_results.json'))
+  warm = str(tmp_path / 'warm')
+  result = cli.run_in_process('--mode=export', f'--model_dir={warm}', f'--resnet_checkpoint={model_dir}',
+                              '--task=multi_label', '--num_label_classes=3', f'--export_dir={tmp_path / "export"}',
+                              base=BASE)
+  assert result.code == 0, result.log
+  assert 'model 3' in result.log and 'starts fresh' in result.log
+  assert 'decisions at 0.5 for every class' in result.log
+  weights = cli.model_weights(tf.train.latest_checkpoint(warm))
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(warm))
+  (bias,) = [reader.get_tensor(k) for k, shape in reader.get_variable_to_shape_map().items()
+             if shape == [3] and 'OPTIMIZER_SLOT' not in k]
+  np.testing.assert_allclose(bias, [-np.log(2.0)] * 3, rtol=1e-6)
+  backbone = cli.model_weights(tf.train.latest_checkpoint(model_dir))   # the backbone's batch-norm statistics
+  shared = [k for k in weights if 'moving_mean' in k and k in backbone]
+  assert len(shared) > 5 and all(np.array_equal(weights[k], backbone[k]) for k in shared)
+
+
+def test_each_evaluated_step_keeps_its_thresholds_and_an_older_eval_does_not_replace_the_latests(run, tmp_path):
+  model_dir, _, _ = run
+  with open(os.path.join(model_dir, 'label_thresholds.json')) as f:
+    recorded = json.load(f)
+  assert sorted(recorded['steps']) == ['4', '8']
+  assert recorded['steps']['8']['thresholds'] == _eval_results(model_dir)['label_thresholds']
+  assert recorded['steps']['8']['tuned_on'] == {'weights': 'trained', 'tta': 'none'}
+  result = cli.run_in_process('--mode=eval', f'--model_dir={model_dir}',
+                              f'--eval_checkpoint={os.path.join(model_dir, "model.ckpt-4")}', base=())
+  assert result.code == 0, result.log
+  assert _eval_results(model_dir)['global_step'] == 4   # eval_results.json is the last evaluation's ...
+  result = cli.run_in_process('--mode=predict', f'--model_dir={model_dir}',
+                              f'--predict_output={tmp_path / "p.csv"}', base=())
+  assert result.code == 0, result.log
+  assert 'tuned on the validation split at step 8' in result.log   # ... predict still decides with step 8's
+
+
+def test_days_later_without_any_evaluation_predict_decides_at_one_half_and_eval_tunes_again(run, tmp_path):
+  model_dir, _, _ = run
+  for name in ('eval_results.json', 'label_thresholds.json'):
+    os.remove(os.path.join(model_dir, name))
   result = cli.run_in_process('--mode=predict', f'--model_dir={model_dir}',
                               f'--predict_output={tmp_path / "p.csv"}', base=())
   assert result.code == 0, result.log
@@ -137,3 +178,18 @@ def test_days_later_eval_tunes_again_and_predict_without_it_decides_at_one_half(
   result = cli.run_in_process('--mode=eval', f'--model_dir={model_dir}', base=())
   assert result.code == 0, result.log
   assert len(_eval_results(model_dir)['label_thresholds']) == 4 and 'mAP=' in result.log
+  with open(os.path.join(model_dir, 'label_thresholds.json')) as f:
+    assert list(json.load(f)['steps']) == ['8']
+
+
+def test_single_label_readings_of_multi_label_data_are_refused(run, tmp_path):
+  model_dir, data_dir, _ = run
+  result = cli.run_in_process('--mode=train', f'--data_dir={data_dir}', f'--model_dir={tmp_path / "a"}',
+                              '--task=single_label', '--train_steps=1', base=BASE)
+  assert result.code == 1 and 'task=single_label, but' in result.log and 'says the data is multi_label' in result.log
+  result = cli.run_in_process('--mode=train', f'--model_dir={tmp_path / "b"}', f'--teacher_checkpoint={model_dir}',
+                              '--num_label_classes=4', '--train_steps=1', base=BASE)
+  assert result.code == 1 and 'is a multi-label model' in result.log, result.log[-2000:]
+  from tools import compare_keras_fit  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match="task='multi_label': this comparison is of single-label classifiers"):
+    compare_keras_fit.read_summary(data_dir)

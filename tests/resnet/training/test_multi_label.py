@@ -1,4 +1,6 @@
 """Multi-label training pieces: targets, the loss, the eval step's sums and exact metrics, predictions."""
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -22,14 +24,33 @@ def test_loss_is_the_mean_over_classes_of_positive_weighted_binary_cross_entropy
   q = np.array([[0.9, 0.1, 0.9], [0.1, 0.6, 0.1]])
   w = np.array([2.0, 1.0, 0.5])
   s = 1 / (1 + np.exp(-z))
-  expected = np.mean(-(w * q * np.log(s) + (1 - q) * np.log(1 - s)), axis=1)
+  bce = -(q * np.log(s) + (1 - q) * np.log(1 - s))
+  expected = np.mean((1 + (w - 1) * q) * bce, axis=1)
   real = multi_label.per_example_loss(tf.constant(z, tf.float32), tf.constant(q, tf.float32), None,
                                       tf.constant(w, tf.float32))
   np.testing.assert_allclose(real.numpy(), expected, rtol=1e-5)
-  hard = multi_label.per_example_loss(tf.constant(z, tf.float32), tf.constant(q, tf.float32), 0.5)
-  binary = (q > 0.5).astype(float)
-  np.testing.assert_allclose(hard.numpy(), np.mean(-(binary * np.log(s) + (1 - binary) * np.log(1 - s)), axis=1),
+  # Hard targets: PyTorch's pos_weight, -(w y log s + (1 - y) log(1 - s)), exactly.
+  y = (q > 0.5).astype(float)
+  hard = multi_label.per_example_loss(tf.constant(z, tf.float32), tf.constant(y, tf.float32), None,
+                                      tf.constant(w, tf.float32))
+  np.testing.assert_allclose(hard.numpy(), np.mean(-(w * y * np.log(s) + (1 - y) * np.log(1 - s)), axis=1),
                              rtol=1e-5)
+  thresholded = multi_label.per_example_loss(tf.constant(z, tf.float32), tf.constant(q, tf.float32), 0.5)
+  binary = (q > 0.5).astype(float)
+  np.testing.assert_allclose(thresholded.numpy(),
+                             np.mean(-(binary * np.log(s) + (1 - binary) * np.log(1 - s)), axis=1), rtol=1e-5)
+
+
+def test_weights_keep_each_classs_optimum_at_its_smoothed_target():
+  """A rare class (w = 99) with smoothing 0.1: a negative's target is 0.05 and the loss is lowest there, where
+  pos_weight's would be at 99 x 0.05 / (99 x 0.05 + 0.95) = 0.84."""
+  z = tf.Variable(tf.zeros([1, 1]))
+  w, q = tf.constant([99.0]), tf.constant([[0.05]])
+  for _ in range(300):
+    with tf.GradientTape() as tape:
+      loss = multi_label.per_example_loss(z, q, None, w)
+    z.assign_sub(0.05 * tape.gradient(loss, z))
+  assert float(tf.sigmoid(z)[0, 0]) == pytest.approx(0.05, abs=1e-3)
 
 
 def test_eval_sums_are_the_score_histograms_and_metrics_are_exact_counts():
@@ -82,6 +103,7 @@ def test_the_model_fn_trains_and_evaluates_multi_hot_batches(tmp_path):
     (dict(loss='softmax_cross_entropy'), 'softmax makes the classes compete'),
     (dict(teacher_checkpoint='/x'), "distillation's soft term"),
     (dict(class_weights=[1.0, 2.0], class_weight_normalization='weight_sum'), 'class_weight_normalization=batch_size'),
+    (dict(best_metric='top_1_accuracy'), 'multi-label eval reports mAP'),
 ])
 def test_what_assumes_one_class_per_image_is_refused(tmp_path, overrides, message):
   with pytest.raises(ValueError, match=message):
@@ -92,3 +114,46 @@ def test_single_label_runs_keep_their_loss_and_best_metric(tmp_path):
   params = tiny.resnet_params(tmp_path)
   assert (params['task'], params['loss'], params['best_metric']) == ('single_label', 'softmax_cross_entropy',
                                                                       'top_1_accuracy')
+
+
+class _Estimator:
+  """What use_decision_thresholds asks of an Estimator."""
+
+  def __init__(self, model_dir):
+    self.model_dir = model_dir
+    self.variable = multi_label.thresholds_variable(2)
+    self.scope = self
+
+  def build(self, mode):
+    del mode
+
+  def latest_checkpoint(self):
+    return os.path.join(self.model_dir, 'model.ckpt-30')
+
+  def get(self, name):
+    assert name == multi_label.THRESHOLDS
+    return self.variable
+
+
+def test_predict_and_export_say_when_they_serve_other_weights_or_views_than_the_thresholds_were_tuned_on(
+    tmp_path, monkeypatch):
+  from resnet.evaluation import multi_label_report  # pylint: disable=import-outside-toplevel
+  lines = []
+  record = lambda message, *args: lines.append(message % args)
+  for level in ('info', 'warning'):   # what absl logs here, whatever other tests did to its handlers
+    monkeypatch.setattr(multi_label_report.logging, level, record)
+  logged = lambda: '\n'.join(lines)
+  params = dict(task='multi_label', model_dir=str(tmp_path), num_label_classes=2, moving_average_decay=0.999,
+                tta='flip')
+  tuned_on = multi_label_report.served_view(params)
+  assert tuned_on == {'weights': 'moving_average', 'tta': 'flip'}
+  multi_label_report.record_thresholds(str(tmp_path), 30, [0.2, 0.7], ['a', 'b'], tuned_on)
+  estimator = _Estimator(str(tmp_path))
+  assert multi_label_report.use_decision_thresholds(estimator, params) == [0.2, 0.7]   # predict: what eval scored
+  assert 'tuned on the validation split at step 30' in logged() and 'but this serves' not in logged()
+  np.testing.assert_allclose(estimator.variable.numpy(), [0.2, 0.7])
+  multi_label_report.use_decision_thresholds(estimator, params, averaged=False, single_view=True)   # an export
+  assert 'tuned on weights=moving_average, tta=flip, but this serves weights=trained, tta=none' in logged()
+  estimator.latest_checkpoint = lambda: os.path.join(str(tmp_path), 'model.ckpt-40')   # a step not evaluated
+  assert multi_label_report.use_decision_thresholds(estimator, params) == [0.5, 0.5]
+  assert 'no tuned thresholds for this checkpoint' in logged()
