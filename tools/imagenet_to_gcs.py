@@ -759,8 +759,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_string('project', None, 'Accepted for compatibility with the reference; unused (uploads go through '
                       'tf.io.gfile and the environment\'s credentials, not a cloud SDK).', flag_values=fv)
   flags.DEFINE_string('labels_csv', None, 'A CSV naming each image under --raw_data_dir and its label (header '
-                      'first; paths relative to --raw_data_dir, with or without extension); replaces the folder '
-                      'layouts. One label per row.', flag_values=fv)
+                      'first; paths relative to --raw_data_dir, with or without extension), or JSON lines (.jsonl: '
+                      'one object per image, a list value its labels); replaces the folder layouts. Several labels '
+                      'in a cell (or a list) make multi-label data.', flag_values=fv)
   flags.DEFINE_string('csv_path_column', None, 'The --labels_csv column of image paths (default: the first column '
                       'that has no other role).', flag_values=fv)
   flags.DEFINE_string('csv_label_column', None, 'The --labels_csv column of labels (default: the next column that '

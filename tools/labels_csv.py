@@ -10,11 +10,15 @@ One label per row gives single-label data. Rows with several labels (space-separ
 separator by --csv_label_separator) make the whole CSV multi-label data (``--csv_multi_label`` says so when no row
 has several); there an empty label cell is an image with none of the classes, a valid negative, kept and counted.
 In single-label data an empty cell is an error.
+
+JSON lines (``.jsonl``, ``.ndjson``) read the same way: one object per image, its keys the columns (a list value is
+the image's labels, ``[]`` a negative), e.g. ``{"image": "a.jpg", "labels": ["cat", "indoor"], "split": "train"}``.
 """
 import csv
 import dataclasses
+import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 SPLIT_VALUES = {'train': 'train', 'validation': 'validation', 'val': 'validation', 'test': 'test'}
 # A name without extension matches a file with one of these (any case): not a sidecar (.json, .xml, .txt).
@@ -109,6 +113,56 @@ def sorted_class_names(names) -> List[str]:
   return sorted(names)
 
 
+JSON_LINES = ('.jsonl', '.ndjson')
+Cell = Union[str, List[str]]
+
+
+def _read_table(path: str) -> Tuple[List[str], List[Tuple[int, List[Cell]]]]:
+  """(header, [(line number, cells)]) of a CSV, or of JSON lines (one object per line, its keys the columns in
+  order of appearance; a list value is a list of labels; a missing key an empty cell)."""
+  try:
+    with open(path, newline='', encoding='utf-8-sig') as f:
+      if path.lower().endswith(JSON_LINES):
+        return _json_lines(path, f)
+      table = [(number, r) for number, r in enumerate(csv.reader(f), start=1) if any(cell.strip() for cell in r)]
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{path} is not UTF-8 text ({e}): save it as UTF-8 (CSV UTF-8 in Excel).') from None
+  except csv.Error as e:
+    raise ValueError(f'{path} is not a readable CSV ({e}).') from None
+  if not table:
+    raise ValueError(f'{path} is empty: expected a header and one row per image (e.g. image,label).')
+  return [h.strip() for h in table[0][1]], table[1:]
+
+
+def _json_lines(path: str, lines) -> Tuple[List[str], List[Tuple[int, List[Cell]]]]:
+  objects, bad = [], []
+  for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    try:
+      value = json.loads(line)
+    except json.JSONDecodeError as e:
+      bad.append(f'line {number} ({e.msg})')
+      continue
+    if not isinstance(value, dict):
+      bad.append(f'line {number} (a {type(value).__name__}, not an object)')
+      continue
+    objects.append((number, value))
+  if bad:
+    raise ValueError(f'{path}: ' + _listed(bad, 'lines are not JSON objects such as {"image": "a.jpg", "labels": '
+                                                '["cat"]}') + '. Nothing was written.')
+  if not objects:
+    raise ValueError(f'{path} is empty: expected one JSON object per image (e.g. {{"image": "a.jpg", "label": '
+                     '"cat"}).')
+  header = list(dict.fromkeys(key for _, value in objects for key in value))
+  cell = lambda v: [str(x) for x in v] if isinstance(v, list) else '' if v is None else str(v)
+  return header, [(number, [cell(value.get(key)) for key in header]) for number, value in objects]
+
+
+def _text(cell: Cell) -> str:
+  return ' '.join(cell) if isinstance(cell, list) else cell
+
+
 def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns = Columns(),
          max_classes: Optional[int] = None, multi_label: bool = False) -> Tuple[List[Row], List[str]]:
   """(rows, files under ``image_dir`` that no row names). ``files``: every image file under ``image_dir``.
@@ -118,16 +172,7 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
   label named twice in one cell, empty label cells in single-label data (``multi_label`` False and no row with
   several labels), an unknown split, and a label vocabulary larger than ``max_classes`` (None: more classes than
   half the rows, from 20 rows, which says the label column is probably another column)."""
-  try:
-    with open(csv_path, newline='', encoding='utf-8-sig') as f:
-      table = [r for r in csv.reader(f) if any(cell.strip() for cell in r)]
-  except UnicodeDecodeError as e:
-    raise ValueError(f'{csv_path} is not UTF-8 text ({e}): save it as UTF-8 (CSV UTF-8 in Excel).') from None
-  except csv.Error as e:
-    raise ValueError(f'{csv_path} is not a readable CSV ({e}).') from None
-  if not table:
-    raise ValueError(f'{csv_path} is empty: expected a header and one row per image (e.g. image,label).')
-  header, body = [h.strip() for h in table[0]], table[1:]
+  header, body = _read_table(csv_path)
   if len(header) < 2:
     raise ValueError(f'{csv_path} has one column ({header}): expected a path column and a label column.')
   path_i, label_i, split_i = _columns(header, columns, csv_path)
@@ -137,11 +182,11 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
   missing, ambiguous, empty, repeated, bad_split, short = [], [], [], [], [], []
   first_row: Dict[str, int] = {}
   twice = []
-  for number, cells in enumerate(body, start=2):  # line numbers as an editor shows them (the header is line 1)
+  for number, cells in body:  # line numbers as an editor shows them
     if len(cells) <= max(i for i in (path_i, label_i, split_i) if i is not None):
       short.append(f'line {number} has {len(cells)} cells')
       continue
-    name = cells[path_i].strip().replace('\\', '/')  # a CSV written on Windows
+    name = _text(cells[path_i]).strip().replace('\\', '/')  # a CSV written on Windows
     key = (os.path.relpath(name, image_dir) if os.path.isabs(name) else os.path.normpath(name)).replace(os.sep, '/')
     path = exact.get(key)
     if path is None:
@@ -153,7 +198,11 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
     if path is None:
       missing.append(f'line {number} {name!r}')
       continue
-    labels = cells[label_i].split(columns.separator) if columns.separator else cells[label_i].split()
+    cell = cells[label_i]
+    if isinstance(cell, list):   # a JSON list: its items are the labels
+      labels = [str(label) for label in cell]
+    else:
+      labels = cell.split(columns.separator) if columns.separator else cell.split()
     labels = [label.strip() for label in labels if label.strip()]
     if not labels:
       empty.append(f'line {number} ({name})')   # an error in single-label data only (below)
@@ -162,9 +211,9 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
       continue
     split = None
     if split_i is not None:
-      split = SPLIT_VALUES.get(cells[split_i].strip().lower())
+      split = SPLIT_VALUES.get(_text(cells[split_i]).strip().lower())
       if split is None:
-        bad_split.append(f'line {number} {cells[split_i].strip()!r}')
+        bad_split.append(f'line {number} {_text(cells[split_i]).strip()!r}')
         continue
     if path in first_row:
       twice.append(f'{name} on lines {first_row[path]} and {number}')

@@ -237,6 +237,23 @@ def test_a_multi_label_csv_converts_with_label_lists_negatives_and_stratified_sp
   assert dict(zip(info.class_names, info.train_class_counts)) == splits['train']['per_class']
 
 
+def test_json_lines_of_the_same_rows_write_the_same_shards_as_the_csv(tmp_path):
+  raw, rows = _planet(tmp_path / 'images')
+  with open(tmp_path / 'train.jsonl', 'w') as f:
+    for i, (name, tags) in enumerate(rows):   # label lists ([] a negative), keys in any order, a blank line
+      f.write(json.dumps({'tags': tags.split(), 'image_name': name} if i % 2 else
+                         {'image_name': name, 'tags': tags.split()}) + ('\n\n' if i == 7 else '\n'))
+  from_csv = _convert(raw, tmp_path / 'a', _csv(tmp_path / 'train.csv', rows))
+  from_json = _convert(raw, tmp_path / 'b', str(tmp_path / 'train.jsonl'))
+  assert from_json['task'] == 'multi_label' and from_json['splits'] == from_csv['splits']
+  for shard in (s for split in from_csv['splits'].values() for s in split['shards']):
+    assert (tmp_path / 'a' / shard).read_bytes() == (tmp_path / 'b' / shard).read_bytes()
+  (tmp_path / 'bad.jsonl').write_text('{"image_name": "train_0", "tags": []}\n["train_1"]\n{"image_name": \n')
+  with pytest.raises(ValueError, match=r'2 lines are not JSON objects .*line 2 \(a list, not an object\); line 3'):
+    _convert(raw, tmp_path / 'c', str(tmp_path / 'bad.jsonl'))
+  assert not (tmp_path / 'c').exists() or not os.listdir(tmp_path / 'c')
+
+
 def test_iterative_stratification_deals_rare_labels_to_every_split_by_the_ratios():
   from tools import stratify  # pylint: disable=import-outside-toplevel
   examples = [(f'a{i}', ('common',) + (('rare',) if i < 10 else ())) for i in range(100)]

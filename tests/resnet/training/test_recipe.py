@@ -21,6 +21,8 @@ def _repeating_input(params):
   pair = tf.random.stateless_uniform([2, SIZE, SIZE, 3], seed=[3, 4], maxval=255.0)
   images = tf.tile(pair, [32, 1, 1, 1])
   labels = tf.constant([0, 1] * 32, tf.int32)
+  if params['task'] == 'multi_label':   # multi-hot rows: the first image has class 0, the second both
+    labels = tf.constant([[1, 0], [1, 1]] * 32, tf.int32)
   return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(params['batch_size'],
                                                                             drop_remainder=True)
 
@@ -56,6 +58,17 @@ def test_accumulated_micro_batches_make_the_same_update_as_one_batch(tmp_path, r
     # micro-batch would be off by tens of percent).
     error = np.linalg.norm(accumulated_update - update)
     assert error <= 2e-3 * np.linalg.norm(update) + 1e-6
+
+
+@pytest.mark.slow
+def test_accumulation_is_exact_for_multi_hot_targets_with_class_weights_and_smoothing(tmp_path):
+  multi = dict(task='multi_label', class_weights=[1.0, 3.0], label_smoothing=0.1)
+  before, whole = _one_update(tmp_path / 'k1', 1, **multi)
+  _, accumulated = _one_update(tmp_path / 'k4', 4, **multi)
+  updates = [(w - b, a - b) for w, a, b in zip(whole, accumulated, before)]
+  assert sum(np.abs(u).max() > 1e-6 for u, _ in updates) > len(updates) // 2
+  for update, accumulated_update in updates:
+    assert np.linalg.norm(accumulated_update - update) <= 2e-3 * np.linalg.norm(update) + 1e-6
 
 
 def test_accumulation_that_does_not_divide_the_batch_names_the_fix(tmp_path):
