@@ -12,7 +12,7 @@ converter's cleaning path is exercised too. Usage (from the repository root):
 import os
 import shutil
 import sys
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple, Union
 
 from absl import app
 from absl import flags
@@ -174,11 +174,13 @@ def make_demo_dataset(root: str,
 
 
 def make_multi_label_dataset(root: str, num_classes: int = 4, num_images: int = 1000, image_size: int = 128,
-                             positive_rate: float = 0.3, seed: int = 0, overwrite: bool = False) -> Dict[str, Any]:
+                             positive_rate: Union[float, Sequence[float]] = 0.3, seed: int = 0,
+                             overwrite: bool = False) -> Dict[str, Any]:
   """Multi-label data as it arrives in practice: ``root/images/img_00000.jpg`` and ``root/labels.csv`` in
   Kaggle Planet's shape (``image_name,tags``: names without extension, space-separated tags; an image of none of
   the classes has an empty cell). Each image is a 2 x 2 grid of tiles; each class is in an image with probability
-  ``positive_rate`` (independently, at most 4 classes), drawn in a random tile; the other tiles are background.
+  ``positive_rate`` (one for all, or one per class: rare classes; independently, at most 4 classes), drawn in a
+  random tile; the other tiles are background.
   Returns {'classes', 'positives' (per class), 'negatives' (images without a class), 'csv'}."""
   import csv
   import numpy as np
@@ -192,14 +194,19 @@ def make_multi_label_dataset(root: str, num_classes: int = 4, num_images: int = 
                             'choose another directory.')
     shutil.rmtree(images_dir, ignore_errors=True)
   os.makedirs(images_dir, exist_ok=True)
+  if image_size < 48:
+    raise ValueError(f'image_size must be at least 48 (2 x 2 tiles of 24 px, room for every shape), got {image_size}.')
   class_names = CLASSES[:num_classes]
+  rates = [float(positive_rate)] * num_classes if np.isscalar(positive_rate) else [float(r) for r in positive_rate]
+  if len(rates) != num_classes or not all(0 <= r <= 1 for r in rates):
+    raise ValueError(f'positive_rate must be one rate in [0, 1] or one per class ({num_classes}), got {positive_rate}.')
   rng = np.random.default_rng(seed)
   tile = image_size // 2
   positives = {name: 0 for name in class_names}
   negatives = 0
   rows = []
   for i in range(num_images):
-    present = [name for name in class_names if rng.uniform() < positive_rate][:4]
+    present = [name for name, rate in zip(class_names, rates) if rng.uniform() < rate][:4]
     tiles = [None] * 4
     for name, cell in zip(present, rng.permutation(4)):
       tiles[cell] = name
@@ -245,6 +252,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                        "output_dir/labels.csv (Kaggle Planet's image_name,tags), several shapes per image.",
                        flag_values=fv)
   flags.DEFINE_integer('num_images', 1000, '--multi_label: images.', lower_bound=1, flag_values=fv)
+  flags.DEFINE_list('positive_rates', ['0.3'], '--multi_label: the share of images each class is in (one for all, '
+                    'or one per class, e.g. 0.3,0.3,0.3,0.05 for a rare fourth class).', flag_values=fv)
   flags.DEFINE_string('records_dir', None, 'If set, also convert to TFRecords there (tools/imagenet_to_gcs.py, '
                       'default 80/10/10 split).', flag_values=fv)
 
@@ -256,8 +265,9 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
   if not fv.output_dir:
     raise app.UsageError('--output_dir is required.')
   if fv.multi_label:
-    result = make_multi_label_dataset(fv.output_dir, fv.num_classes, fv.num_images, fv.max_size, seed=fv.seed,
-                                      overwrite=fv.overwrite)
+    rates = [float(r) for r in fv.positive_rates]
+    result = make_multi_label_dataset(fv.output_dir, fv.num_classes, fv.num_images, fv.max_size,
+                                      rates[0] if len(rates) == 1 else rates, seed=fv.seed, overwrite=fv.overwrite)
     print(f'{fv.num_images} images ({result["negatives"]} without a label) in {fv.output_dir}/images; labels in '
           f'{result["csv"]}: ' + ', '.join(f'{k} {v}' for k, v in result['positives'].items()))
     if fv.records_dir:

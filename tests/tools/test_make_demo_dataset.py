@@ -77,3 +77,25 @@ def test_demo_output_converts_to_records(tmp_path):
   assert [summary['splits'][s]['images'] for s in imagenet_to_gcs.SPLITS] == [32, 4, 4]
   assert not summary['skipped']
 
+
+
+def test_multi_label_data_is_a_planet_shaped_csv_with_rates_per_class(tmp_path):
+  made = demo.make_multi_label_dataset(str(tmp_path / 'ml'), num_images=400, image_size=48,
+                                       positive_rate=[0.05, 0.5, 0.5, 0.5], seed=3)
+  with open(made['csv']) as f:
+    lines = f.read().splitlines()
+  assert lines[0] == 'image_name,tags' and len(lines) == 401
+  names = sorted(os.listdir(tmp_path / 'ml' / 'images'))
+  assert names[0] == 'img_00000.jpg' and lines[1].split(',')[0] == 'img_00000'   # names without extension
+  tags = [line.split(',')[1].split() for line in lines[1:]]
+  counts = {name: sum(name in t for t in tags) for name in made['classes']}
+  assert counts == made['positives'] and made['negatives'] == sum(not t for t in tags)
+  assert counts['circles'] < 40 < min(counts[c] for c in ('squares', 'triangles', 'stripes'))   # the rare class
+  with Image.open(tmp_path / 'ml' / 'images' / names[0]) as image:
+    assert image.size == (48, 48)
+  with pytest.raises(FileExistsError, match='overwrite'):
+    demo.make_multi_label_dataset(str(tmp_path / 'ml'), num_images=2, image_size=48)
+  with pytest.raises(ValueError, match='one per class'):
+    demo.make_multi_label_dataset(str(tmp_path / 'other'), positive_rate=[0.1, 0.2])
+  with pytest.raises(ValueError, match='at least 48'):
+    demo.make_multi_label_dataset(str(tmp_path / 'other'), image_size=32)
