@@ -21,7 +21,6 @@ class RecordSource:
   parse_one: Callable[[tf.Tensor], Parsed]
   name_of: Callable[[tf.Tensor], tf.Tensor]
   labelled: bool = True      # False: raw files, whose stored label is always NO_LABEL
-  label_lists: bool = False  # stored labels are lists [..., n] (multi-label records), not one per record
 
 
 NO_LABEL = -1
@@ -52,7 +51,7 @@ MULTI_LABEL_TFRECORD_SOURCE = RecordSource(
     parse_one=lambda record: _label_lists(tf.io.parse_single_example, record),
     name_of=lambda record: tf.io.parse_single_example(
         record, {example_schema.FILENAME: example_schema.FEATURE_SPEC[example_schema.FILENAME]})[
-            example_schema.FILENAME], label_lists=True)
+            example_schema.FILENAME])
 
 
 def _read_files(paths: tf.Tensor) -> Parsed:

@@ -172,7 +172,7 @@ def multi_label_learns_sigmoids(p: Mapping[str, Any]) -> Optional[str]:
             'micro_f1, macro_f1 (and *_tuned), exact_match, precision_at_1, loss. Unset best_metric (mAP) or name one')
   if p['class_weights'] is not None and p['class_weight_normalization'] == 'weight_sum':
     return ('task=multi_label with class_weight_normalization=weight_sum: multi-label class weights weigh each '
-            "class's positives (BCE's pos_weight), not examples, so there is no sum of example weights to divide by. "
+            "class's positives, not examples, so there is no sum of example weights to divide by. "
             'Use class_weight_normalization=batch_size')
   return None
 

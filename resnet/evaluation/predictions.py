@@ -61,20 +61,21 @@ class LabelledMultiLabel:
   def __init__(self, params: Params, thresholds: Sequence[float]):
     self.params = params
     self.thresholds = list(thresholds)
-    self.hists = np.zeros([2, params.num_label_classes, label_metrics.BINS])
+    self.labels: List[np.ndarray] = []
+    self.probabilities: List[np.ndarray] = []
 
   def add(self, label: np.ndarray, probabilities: np.ndarray) -> None:
-    if np.ndim(label) == 0 or label[0] < 0:
-      return
-    p = np.clip(probabilities.astype(np.float64), 1e-12, 1 - 1e-12)
-    self.hists += label_metrics.histograms(np.log(p / (1 - p))[None], label[None], len(label))
+    if np.ndim(label) == 1 and label[0] >= 0:
+      self.labels.append(label)
+      self.probabilities.append(probabilities)
 
   def write(self, output: str) -> Optional[str]:
-    images = int(self.hists[:, 0].sum())
-    if not images:
+    if not self.labels:
       return None
-    report = {**label_metrics.report(self.hists, read_class_names(self.params), self.thresholds),
-              'num_examples': images}
+    p = np.clip(np.stack(self.probabilities).astype(np.float64), 1e-12, 1 - 1e-12)   # eval's bins are of logits
+    hists = label_metrics.histograms(np.log(p / (1 - p)), np.stack(self.labels), self.params.num_label_classes)
+    images = len(self.labels)
+    report = {**label_metrics.report(hists, read_class_names(self.params), self.thresholds), 'num_examples': images}
     path = f'{os.path.splitext(output)[0]}_report.json'
     files.atomic_write(path, json.dumps(report, indent=2, sort_keys=True))
     logging.info('Predictions on labelled data: mAP=%.4f, micro_f1=%.4f at the run\'s thresholds over %d images '

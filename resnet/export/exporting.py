@@ -129,15 +129,13 @@ def quantized_exports(params: Mapping[str, Any], measured):
                                         params['tflite_float_fallback'])
 
 
-def onnx_exports(params: Mapping[str, Any], measured, outputs=None):
+def onnx_exports(params: Mapping[str, Any], measured, outputs):
   """What the .onnx files need (None without export_onnx or onnx_quantizations); ``measured``: measured_images,
   None for a run without records, whose model.onnx is checked against its weights but not measured; ``outputs``:
-  what they output (tflite_report.Outputs; default: softmax)."""
+  what they output (tflite_report.Outputs)."""
   if not (params['export_onnx'] or params['onnx_quantizations']):
     return None
   from resnet.export import onnx_export  # pylint: disable=g-import-not-at-top
-  from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
-  outputs = outputs or tflite_report.Outputs()
   if measured is None:  # validation refuses quantizations without records: the float32 file only
     logging.warning('export_onnx: this run has no records (data_dir unset), so model.onnx is checked against its '
                     'weights and the SavedModel on random images but not measured on validation images (no '

@@ -288,7 +288,7 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   optimizer.learning_rate.assign(lr)
   targets = _targets(labels, params)
   class_weights = class_weight_vector(params)
-  if class_weights is not None and not multi_label.enabled(params):  # multi-label: in the loss (pos_weight)
+  if class_weights is not None and not multi_label.enabled(params):  # multi-label: in the loss, on positives
     # Cross-entropy is linear in its targets: scaling an example's targets by its class weight scales its loss,
     # and mixup/CutMix then give lam * w_a * CE_a + (1 - lam) * w_b * CE_b, the weighted loss of each source.
     targets = targets * tf.gather(class_weights, labels)[:, None]

@@ -49,3 +49,28 @@ def test_option_trains_evaluates_and_exports(name, data_dir, tmp_path):
     assert type(estimator.scope.get(resnet_model_fn.OPTIMIZER)).__name__ == 'LARSMomentum'
   if params['moving_average_decay']:
     assert resnet_model_fn.moving_average(estimator.scope) is not None
+
+
+def test_predict_reads_the_moving_averages_that_eval_measured(data_dir, tmp_path):
+  """A run keeping moving averages: eval measures them, so predict (its CSV and report) answers with them too."""
+  import csv  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from resnet import resnet_main  # pylint: disable=import-outside-toplevel
+  output = str(tmp_path / 'predictions.csv')
+  params = tiny.resnet_params(tmp_path / 'run', data_dir=data_dir, num_label_classes=4, num_train_images=32,
+                              train_batch_size=4, eval_batch_size=4, predict_batch_size=4, train_steps=3,
+                              moving_average_decay=0.5, predict_output=output, predict_top_k=1)
+  estimator = tiny.resnet_estimator(params)
+  estimator.train(imagenet_input.ImageNetInput.from_params(params, 'train').input_fn, max_steps=3)
+  resnet_main.predict(estimator, params)
+  with open(output) as f:
+    written = {row['image']: float(row['top1_probability']) for row in csv.DictReader(f)}
+  source = imagenet_input.ImageNetInput.from_params(params, 'validation', include_filename=True)
+
+  def top1(weights):
+    return {p['filename'].decode(): float(np.max(p['probabilities']))
+            for p in estimator.predict(source.input_fn, weights=weights) if p['filename']}
+  averaged, trained = top1(wiring.eval_weights(estimator)), top1(None)
+  assert len(written) == 16 and written.keys() == averaged.keys()
+  assert all(abs(written[k] - averaged[k]) < 1e-5 for k in written)
+  assert any(abs(written[k] - trained[k]) > 1e-3 for k in written)   # the averages are not the weights

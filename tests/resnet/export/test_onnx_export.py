@@ -213,7 +213,7 @@ def test_onnx_quantizations_need_the_runs_records_and_predict_takes_one_file(tmp
 def test_without_records_the_float32_file_is_checked_but_not_measured(tmp_path, caplog):
   params = _params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True)
   assert exporting.measured_images(params) is None
-  exports = exporting.onnx_exports(params, None)
+  exports = exporting.onnx_exports(params, None, tflite_report.Outputs())
   assert exports.images is None and exports.kinds == () and exports.opset == 17
   assert any('not measured on validation images' in r.getMessage() for r in caplog.records)
   model = small_model.model()

@@ -157,3 +157,54 @@ def test_predict_and_export_say_when_they_serve_other_weights_or_views_than_the_
   estimator.latest_checkpoint = lambda: os.path.join(str(tmp_path), 'model.ckpt-40')   # a step not evaluated
   assert multi_label_report.use_decision_thresholds(estimator, params) == [0.5, 0.5]
   assert 'no tuned thresholds for this checkpoint' in logged()
+
+
+ML_LABELS = np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0], [1, 1, 1]] * 3 + [[0, 1, 1]] + [[-1, -1, -1]] * 3, np.int32)
+
+
+def _ml_input(params):
+  """16 rows, the last 3 padding (rows of -1), as the eval pipeline pads; batches of the per-replica batch."""
+  images = tf.random.stateless_uniform([16, 32, 32, 3], seed=[5, 6], maxval=255.0)
+  ds = tf.data.Dataset.from_tensor_slices((images, ML_LABELS))
+  if params.context.mode == 'train':
+    ds = ds.take(12).repeat()
+  return ds.batch(params['batch_size'], drop_remainder=True)
+
+
+def _ml_eval(model_dir, strategy=None, jit=False, train=False):
+  from resnet.evaluation import multi_label_report  # pylint: disable=import-outside-toplevel
+  params = tiny.resnet_params(model_dir, task='multi_label', num_label_classes=3, jit_compile=jit, train_steps=3,
+                              iterations_per_loop=3, save_checkpoints_steps=3, train_batch_size=4,
+                              eval_batch_size=4, predict_batch_size=4, lr_warmup_epochs=0.0, num_train_images=12)
+  estimator = tiny.resnet_estimator(params, strategy)
+  if train:
+    estimator.train(_ml_input, max_steps=3)
+  sums = {}
+
+  class Keep(hooks.EvalHook):
+    def end(self, results, batch_sums):
+      sums.update(batch_sums)
+      return super().end(results, batch_sums)
+  report = multi_label_report.MultiLabelReport(['a', 'b', 'c'], multi_label_report.served_view(params))
+  results = estimator.evaluate(_ml_input, hooks=[Keep(), report])
+  predictions = list(estimator.predict(lambda p: _ml_input(p).map(lambda x, y: ({'image': x}, y))))
+  return results, sums[multi_label.HISTOGRAMS], predictions
+
+
+@pytest.mark.slow
+def test_multi_label_eval_and_predict_are_the_same_on_two_replicas_compiled_with_xla(tmp_path):
+  """The histogram segment sums, exact_match's reduce_all and precision@1's gather under XLA on each replica, the
+  sums reduced over replicas, padding rows counted nowhere."""
+  one = _ml_eval(str(tmp_path / 'run'), train=True)
+  two = _ml_eval(str(tmp_path / 'run'), strategy=tiny.two_replicas(), jit=True)
+  assert one[0]['num_examples'] == two[0]['num_examples'] == 13
+  for key in ('loss', 'exact_match', 'precision_at_1', 'mAP', 'micro_AP', 'micro_f1', 'macro_f1_tuned'):
+    assert two[0][key] == pytest.approx(one[0][key], rel=1e-4, abs=1e-5), key
+  assert one[1].sum() == two[1].sum() == 13 * 3
+  np.testing.assert_array_equal(one[1].sum(axis=2), two[1].sum(axis=2))   # positives, negatives per class
+  real = [p for p in one[2] if p['label'][0] >= 0]
+  assert len(real) == 13 and len(one[2]) == len(two[2])
+  np.testing.assert_allclose(np.stack([p['probabilities'] for p in two[2]]),
+                             np.stack([p['probabilities'] for p in one[2]]), rtol=1e-3, atol=1e-5)
+  np.testing.assert_array_equal(np.stack([p['labels'] for p in one[2]]),
+                                (np.stack([p['probabilities'] for p in one[2]]) >= 0.5).astype(np.int32))
