@@ -25,6 +25,26 @@ except RuntimeError:  # devices already initialised by an earlier import; mirror
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-order
 
 from resnet import determinism  # pylint: disable=g-import-not-at-top
+from tensorflow.python.data.ops import dataset_ops  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+
+
+def _without_autotune_thread(apply_debug_options):
+  """tf.data's autotuning thread can hold up the destruction of its iterator for up to a minute: cancelling wakes
+  it before the cancelled flag is set, and it sleeps out its optimisation period (which doubles to 60 s while the
+  iterator lives). A test process destroys hundreds of iterators, often when garbage collection finds an earlier
+  test's, holding the GIL; measured on 2 cores (gdb: ~RootDataset::Iterator waiting on Model::OptimizeLoop): 3-4
+  such stalls of 40-130 s a suite run, a quarter of its wall time. Autotuning picks parallelism and buffer sizes,
+  never values or (deterministic) order, so the tests here run without it; every iterator is made through this
+  hook (iterators, multi-device and distributed ones). Programs the tests start in their own processes keep it."""
+  def apply(self):
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset_ops._OptionsDataset(apply_debug_options(self), options)  # pylint: disable=protected-access
+  return apply
+
+
+dataset_ops.DatasetV2._apply_debug_options = _without_autotune_thread(  # pylint: disable=protected-access
+    dataset_ops.DatasetV2._apply_debug_options)  # pylint: disable=protected-access
 
 # The suite runs in the mode users run: TensorFlow's default, nondeterministic kernels. tests/test_kernel_modes.py
 # runs the numeric claims again in a subprocess with this variable set, where deterministic ops (what every
