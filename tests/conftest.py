@@ -96,20 +96,35 @@ def records(tmp_path_factory):
   return str(root / 'records')
 
 
-# The longest files start first (pytest-xdist keeps this order under `--dist loadfile --no-loadscope-reorder`,
-# which the Makefile passes), so the suite does not end on one long file running alone while the other worker
-# idles. Measured on 2 cores (`pytest --durations=0`); the rest keep their collection order.
+# The longest files start first, longest to shortest (pytest-xdist keeps this order under `--dist loadfile
+# --no-loadscope-reorder`, which the Makefile passes), so the suite ends on short files on both workers instead of
+# one long file running alone. Seconds a file took in `make test` on 2 cores (from its first start to its last end);
+# the rest (each under ~25 s) keep their collection order.
 LONGEST_FIRST = (
-    'tests/test_kernel_modes.py',                        # a nested pytest of the numeric claims, deterministic ops
-    'tests/resnet/estimator/test_multi_worker.py',       # 2-3 processes a test
-    'tests/resnet/test_resnet_main.py',
-    'tests/resnet/training/test_loss_gradients.py',
-    'tests/params/test_configs.py',
-    'tests/resnet/training/test_recipe.py',
-    'tests/resnet/export/test_quantized_export.py',
-    'tests/resnet/training/test_fine_tuning.py',
-    'tests/resnet/test_bad_input.py',
-    'tests/official_input/test_imagenet_input.py',
+    'tests/test_kernel_modes.py',                        # 120: a nested pytest of the numeric claims
+    'tests/resnet/estimator/test_multi_worker.py',       # 280: 2-3 processes a test
+    'tests/resnet/training/test_loss_gradients.py',      # 115
+    'tests/resnet/test_resnet_main.py',                  # 105
+    'tests/params/test_configs.py',                      # 80
+    'tests/resnet/model/test_resnet_model.py',           # 70
+    'tests/official_input/test_imagenet_input.py',       # 60
+    'tests/resnet/estimator/test_preemption.py',         # 55
+    'tests/resnet/training/test_recipe.py',              # 50
+    'tests/resnet/test_reference_options.py',            # 45
+    'tests/resnet/training/test_fine_tuning.py',         # 45
+    'tests/resnet/test_multi_label_run.py',              # 45
+    'tests/tools/test_train_benchmark.py',               # 40
+    'tests/resnet/test_accelerator_paths.py',            # 40
+    'tests/resnet/export/test_quantized_export.py',      # 40
+    'tests/resnet/weights/test_foreign_weights.py',      # 35
+    'tests/resnet/test_determinism.py',                  # 35
+    'tests/resnet/model/test_cpu_kernels.py',            # 30
+    'tests/tools/test_input_benchmark.py',               # 30
+    'tests/tools/test_compare_keras_fit.py',             # 30
+    'tests/resnet/training/test_distillation.py',        # 30
+    'tests/resnet/weights/test_warm_start.py',           # 30
+    'tests/resnet/test_finished_run.py',                 # 25
+    'tests/resnet/test_bad_input.py',                    # 25
 )
 
 

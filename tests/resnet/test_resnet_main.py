@@ -36,12 +36,12 @@ def trained(records, module_tmp):
   """One train_and_eval run shared by the tests below: 6 steps in chunks of 3, with an export of the best
   checkpoint, balanced class weights, and the ImageNet schedule on small data (which draws the advice)."""
   model_dir = str(module_tmp.mktemp('run'))
-  proc = run_main('--mode=train_and_eval', f'--data_dir={records}', f'--model_dir={model_dir}',
-                  '--train_steps=6', '--steps_per_eval=3', '--num_eval_images=4',
-                  f'--export_dir={model_dir}/export', *TINY, '--lr_schedule=stepwise', '--class_weights=balanced',
-                  '--export_best=true', '--best_metric=loss', module=False)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return model_dir, proc.stderr + proc.stdout
+  result = run_here('--mode=train_and_eval', f'--data_dir={records}', f'--model_dir={model_dir}',
+                    '--train_steps=6', '--steps_per_eval=3', '--num_eval_images=4',
+                    f'--export_dir={model_dir}/export', *TINY, '--lr_schedule=stepwise', '--class_weights=balanced',
+                    '--export_best=true', '--best_metric=loss')
+  assert result.code == 0, result.log[-3000:]
+  return model_dir, result.log + result.out
 
 
 def test_help_lists_the_reference_and_seed_flags():

@@ -207,8 +207,9 @@ def _eval_results(model_dir) -> dict:
     return json.load(f)
 
 
-def _worker_runs(tmp_path, name, num_workers, flags, dump=True):
-  hosts = ','.join(f'127.0.0.1:{p}' for p in procs.free_ports(num_workers))
+def _worker_runs(tmp_path, name, num_workers, flags, dump=True, ports=None):
+  """``ports``: the cluster's, when another cluster starts at the same time (free_ports of both at once)."""
+  hosts = ','.join(f'127.0.0.1:{p}' for p in (ports or procs.free_ports(num_workers)))
   runs = []
   for i in range(num_workers):
     env = procs.base_env(DUMP_PATH=str(tmp_path / f'{name}{i}.npz')) if dump else procs.base_env()
@@ -221,8 +222,8 @@ def test_workers_train_and_eval_from_an_empty_model_dir_and_evaluate_every_image
   """3 workers alternate training and whole-split eval from an empty model_dir (each eval uses the weights the
   workers hold, never a chief's file that may be older or not yet written), then the chief exports; 37 validation
   images in uneven shards (13, 13, 11: 2 files for worker 0, 1 each for the others) are each counted once, and
-  equal a single process's eval of the same checkpoint. Then 2 workers evaluate that checkpoint: the whole split,
-  and the first 20 images."""
+  equal a single process's eval of the same checkpoint (in this process). Then two clusters of 2 workers evaluate
+  that checkpoint at once: the whole split, and the first 20 images."""
   data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=24, num_validation=37, num_shards=3)
   model_dir = tmp_path / 'model'
   _start_all(_worker_runs(tmp_path, 'w', 3, [
@@ -243,12 +244,12 @@ def test_workers_train_and_eval_from_an_empty_model_dir_and_evaluate_every_image
   checkpoint = str(model_dir / 'model.ckpt-4')
   single_dir, two_dir, first_dir = tmp_path / 'single', tmp_path / 'two', tmp_path / 'first20'
   eval_flags = ['--mode=eval', f'--data_dir={data_dir}', f'--eval_checkpoint={checkpoint}', '--eval_batch_size=4']
-  runs = [('single', cli.MAIN + list(cli.TINY) + eval_flags + [f'--model_dir={single_dir}',
-                                                                '--strategy=one_device'], procs.base_env())]
-  runs += _worker_runs(tmp_path, 'two', 2, eval_flags + [f'--model_dir={two_dir}'], dump=False)
-  _start_all(runs, tmp_path)
-  _start_all(_worker_runs(tmp_path, 'first', 2, eval_flags + [f'--model_dir={first_dir}', '--num_eval_images=20'],
-                          dump=False), tmp_path)
+  alone = cli.run_in_process(*eval_flags, f'--model_dir={single_dir}', '--strategy=one_device')
+  assert alone.code == 0, alone.log[-3000:]
+  ports = procs.free_ports(4)  # two clusters of 2 workers at once
+  _start_all(_worker_runs(tmp_path, 'two', 2, eval_flags + [f'--model_dir={two_dir}'], dump=False, ports=ports[:2])
+             + _worker_runs(tmp_path, 'first', 2, eval_flags + [f'--model_dir={first_dir}', '--num_eval_images=20'],
+                            dump=False, ports=ports[2:]), tmp_path)
   single, two, first = (_eval_results(d) for d in (single_dir, two_dir, first_dir))
   assert single['num_examples'] == two['num_examples'] == 37 and first['num_examples'] == 20
   for key in ('top_1_accuracy', 'top_5_accuracy', 'loss'):
@@ -306,7 +307,8 @@ def test_workers_evaluate_continuously_the_checkpoint_the_chief_sees(tmp_path):
   model_dir = tmp_path / 'model'
   train = ['--mode=train', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=4',
            '--iterations_per_loop=2', '--save_checkpoints_steps=2']
-  _start_all([('train', cli.MAIN + list(cli.TINY) + train, procs.base_env())], tmp_path)
+  trained = cli.run_in_process(*train)
+  assert trained.code == 0, trained.log[-3000:]
   assert cli.checkpoint_steps(str(model_dir)) == [2, 4]
   runs = _worker_runs(tmp_path, 'e', 2, ['--mode=eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}',
                                          '--train_steps=4', '--eval_timeout=20'], dump=False)
