@@ -17,13 +17,12 @@ ROOT = procs.ROOT
 # One test of each numeric claim (docs/training.md lists them): the default-mode suite runs every case; here each
 # claim runs once through the kernels deterministic ops swap (softmax cross-entropy, segment sums, the input
 # pipeline's order). The target kinds (one-hot, smoothed, weighted, mixed) differ in values, not kernels: a
-# weight-sum case and weighted + mixed ones (softmax, BCE, multi-hot) on 2 replicas, the CPU-kernel case and float16
-# loss scaling. Gradient clipping (reductions and a scale, no kernel the mode swaps) and the 1-device copy of a
-# 2-replica case run in the default mode only.
+# weight-sum case, weighted + mixed ones (softmax, BCE, multi-hot) and the CPU-kernel case on 2 replicas, and float16
+# loss scaling. Gradient clipping (reductions and a scale, no kernel the mode swaps) runs in the default mode only.
 GRADIENTS = 'tests/resnet/training/test_loss_gradients.py::'
 NUMERIC_CLAIMS = (
     GRADIENTS + 'test_the_loss_gradient_is_right_for_targets_that_do_not_sum_to_one',
-    GRADIENTS + 'test_one_device_step_gradient_equals_the_hand_formulation[cpu_kernels]',
+    GRADIENTS + 'test_two_replica_step_gradient_equals_the_hand_formulation[cpu_kernels]',
     GRADIENTS + 'test_two_replica_step_gradient_equals_the_hand_formulation[weighted_weight_sum]',
     GRADIENTS + 'test_float16_loss_scaled_step_gradient_equals_the_hand_formulation[weighted]',
     GRADIENTS + 'test_two_replica_step_gradient_equals_the_hand_formulation[bce_weighted_mixed]',

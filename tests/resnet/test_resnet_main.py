@@ -256,7 +256,8 @@ def test_recipe_options_through_the_cli(records, trained, tmp_path):
                   '--steps_per_eval=4', '--num_eval_images=4', '--gradient_accumulation_steps=2',
                   '--mixup_alpha=0.2', '--cutmix_alpha=1.0', '--eval_image_size=48', '--export_tflite=true',
                   '--augment_name=trivialaugment_wide', '--loss=binary_cross_entropy', '--bce_target_threshold=0.2',
-                  f'--teacher_checkpoint={teacher}', '--distill_temperature=2', '--tta=five_crop', f'--export_dir={model_dir}/export', '--random_seed=1', *TINY, module=False)
+                  f'--teacher_checkpoint={teacher}', '--distill_temperature=2', '--tta=five_crop',
+                  f'--export_dir={model_dir}/export', '--random_seed=1', *TINY, module=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   recorded = params_files.read_params(os.path.join(model_dir, 'params.yaml'))
   assert (recorded.gradient_accumulation_steps, recorded.mixup_alpha, recorded.cutmix_alpha,

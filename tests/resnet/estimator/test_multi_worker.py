@@ -257,11 +257,11 @@ def test_workers_train_and_eval_from_an_empty_model_dir_and_evaluate_every_image
     assert two[key] == pytest.approx(single[key], rel=1e-4), key
 
 
-def _early_stopping_runs(tmp_path, model_dir, data_dir, vanish_at=None):
-  """2 workers, train_and_eval to step 6 evaluating every 2, early stopping after 1 evaluation without improvement
-  of global_step (every evaluation improves it, unless best/ says otherwise)."""
+def _early_stopping_runs(tmp_path, model_dir, data_dir, vanish_at=None, train_steps=6):
+  """2 workers, train_and_eval to ``train_steps`` evaluating every 2, early stopping after 1 evaluation without
+  improvement of global_step (every evaluation improves it, unless best/ says otherwise)."""
   runs = _worker_runs(tmp_path, 'w', 2, [
-      '--mode=train_and_eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=6',
+      '--mode=train_and_eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}', f'--train_steps={train_steps}',
       '--steps_per_eval=2', '--iterations_per_loop=2', '--best_metric=global_step', '--early_stopping_evals=1',
       '--keep_checkpoint_max=5'])
   if vanish_at is not None:
@@ -283,10 +283,10 @@ def test_workers_stop_early_together_when_best_was_chosen_by_another_metric(tmp_
   (best_dir / 'eval_results.json').write_text(json.dumps({
       'best_metric': 'loss', 'best_metric_goal': 'min', 'loss': -1.0, 'global_step': 0,
       'best_checkpoint': 'model.ckpt-0'}))
-  steps, stops = _early_stopping_runs(tmp_path, tmp_path / 'model', data_dir)
-  assert steps == [6, 6] and stops == [[], []]
+  steps, stops = _early_stopping_runs(tmp_path, tmp_path / 'model', data_dir, train_steps=4)  # evals at 2 and 4
+  assert steps == [4, 4] and stops == [[], []]
   kept = json.loads((best_dir / 'eval_results.json').read_text())
-  assert kept['best_metric'] == 'global_step' and kept['global_step'] == 6
+  assert kept['best_metric'] == 'global_step' and kept['global_step'] == 4
 
 
 def test_workers_stop_early_together_when_the_chief_cannot_keep_a_best(tmp_path):
@@ -378,7 +378,7 @@ def test_a_checkpoint_gone_before_one_workers_restore_is_skipped_by_every_worker
   worker only: before, that worker raised alone and the chief waited in the evaluation's collectives."""
   model_dir, data_dir = finished_run_copy
   runs = _worker_runs(tmp_path, 'e', 2, ['--mode=eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}',
-                                         '--eval_timeout=8'], dump=False)
+                                         '--eval_timeout=3'], dump=False)  # the skip comes at the first look
   runs = [(name, args, {**env, 'RESTORE_VANISHES_ON_NON_CHIEF': '1'}) for name, args, env in runs]
   ended = _finish_all(runs, tmp_path)
   for name in ('e0', 'e1'):
