@@ -31,10 +31,14 @@ def test_iterators_of_the_test_processes_run_without_the_autotune_thread(monkeyp
   assert seen and not any(seen), seen
 
 
-def test_without_autotuning_the_elements_are_the_same(monkeypatch):
+def test_tensorflows_own_hook_leaves_autotuning_on_with_the_same_elements(monkeypatch):
+  """The negative control of the check above (without conftest's hook the same spy sees autotuning unset: on), and
+  what the suite relies on: the elements and their order do not depend on it."""
   dataset = tf.data.Dataset.range(40).map(lambda x: x * 3, num_parallel_calls=tf.data.AUTOTUNE).batch(4).prefetch(-1)
-  without = np.concatenate([b.numpy() for b in dataset])
-  monkeypatch.setattr(dataset_ops.DatasetV2, '_apply_debug_options', lambda self: self)  # TensorFlow's own
-  assert dataset.options().autotune.enabled is None  # unset: TensorFlow's default, on
-  np.testing.assert_array_equal(np.concatenate([b.numpy() for b in dataset]), without)
-  np.testing.assert_array_equal(without, np.arange(40) * 3)
+  without, with_autotune = [], []
+  assert _autotune_of_iterated(monkeypatch, lambda: without.extend(b.numpy() for b in dataset)) == [False]
+  monkeypatch.setattr(dataset_ops.DatasetV2, '_apply_debug_options', lambda self: self)  # TensorFlow's, outside debug
+  seen = _autotune_of_iterated(monkeypatch, lambda: with_autotune.extend(b.numpy() for b in dataset))
+  assert seen == [None]   # unset: TensorFlow's default, autotuning on
+  np.testing.assert_array_equal(np.concatenate(with_autotune), np.concatenate(without))
+  np.testing.assert_array_equal(np.concatenate(without), np.arange(40) * 3)

@@ -200,7 +200,7 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
       continue
     cell = cells[label_i]
     if isinstance(cell, list):   # a JSON list: its items are the labels
-      labels = [str(label) for label in cell]
+      labels = cell
     else:
       labels = cell.split(columns.separator) if columns.separator else cell.split()
     labels = [label.strip() for label in labels if label.strip()]

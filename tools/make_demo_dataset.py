@@ -265,7 +265,11 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
   if not fv.output_dir:
     raise app.UsageError('--output_dir is required.')
   if fv.multi_label:
-    rates = [float(r) for r in fv.positive_rates]
+    try:
+      rates = [float(r) for r in fv.positive_rates]
+    except ValueError:
+      raise app.UsageError(f'--positive_rates takes numbers in [0, 1], one or one per class: got '
+                           f'{",".join(fv.positive_rates)}.') from None
     result = make_multi_label_dataset(fv.output_dir, fv.num_classes, fv.num_images, fv.max_size,
                                       rates[0] if len(rates) == 1 else rates, seed=fv.seed, overwrite=fv.overwrite)
     print(f'{fv.num_images} images ({result["negatives"]} without a label) in {fv.output_dir}/images; labels in '

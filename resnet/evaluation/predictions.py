@@ -58,9 +58,13 @@ class LabelledMultiLabel:
   """Predict on labelled multi-label data: mAP, micro AP and F1 at 0.5 and at the run's thresholds, per class
   (label_metrics, the same numbers eval reports), from the probabilities written."""
 
+  CHUNK = 1024  # images binned at once: memory stays [2, K, BINS] + a chunk, whatever the number of images
+
   def __init__(self, params: Params, thresholds: Sequence[float]):
     self.params = params
     self.thresholds = list(thresholds)
+    self.hists = np.zeros([2, params.num_label_classes, label_metrics.BINS])
+    self.images = 0
     self.labels: List[np.ndarray] = []
     self.probabilities: List[np.ndarray] = []
 
@@ -68,18 +72,27 @@ class LabelledMultiLabel:
     if np.ndim(label) == 1 and label[0] >= 0:
       self.labels.append(label)
       self.probabilities.append(probabilities)
+      if len(self.labels) >= self.CHUNK:
+        self._bin()
+
+  def _bin(self) -> None:
+    if self.labels:
+      p = np.clip(np.stack(self.probabilities).astype(np.float64), 1e-12, 1 - 1e-12)   # eval's bins are of logits
+      self.hists += label_metrics.histograms(np.log(p / (1 - p)), np.stack(self.labels),
+                                             self.params.num_label_classes)
+      self.images += len(self.labels)
+      self.labels, self.probabilities = [], []
 
   def write(self, output: str) -> Optional[str]:
-    if not self.labels:
+    self._bin()
+    if not self.images:
       return None
-    p = np.clip(np.stack(self.probabilities).astype(np.float64), 1e-12, 1 - 1e-12)   # eval's bins are of logits
-    hists = label_metrics.histograms(np.log(p / (1 - p)), np.stack(self.labels), self.params.num_label_classes)
-    images = len(self.labels)
-    report = {**label_metrics.report(hists, read_class_names(self.params), self.thresholds), 'num_examples': images}
+    report = {**label_metrics.report(self.hists, read_class_names(self.params), self.thresholds),
+              'num_examples': self.images}
     path = f'{os.path.splitext(output)[0]}_report.json'
     files.atomic_write(path, json.dumps(report, indent=2, sort_keys=True))
     logging.info('Predictions on labelled data: mAP=%.4f, micro_f1=%.4f at the run\'s thresholds over %d images '
-                 '(%s).', report['mAP'], report['micro_f1_tuned'], images, path)
+                 '(%s).', report['mAP'], report['micro_f1_tuned'], self.images, path)
     return path
 
 

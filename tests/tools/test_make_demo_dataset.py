@@ -78,7 +78,6 @@ def test_demo_output_converts_to_records(tmp_path):
   assert not summary['skipped']
 
 
-
 def test_multi_label_data_is_a_planet_shaped_csv_with_rates_per_class(tmp_path):
   made = demo.make_multi_label_dataset(str(tmp_path / 'ml'), num_images=400, image_size=48,
                                        positive_rate=[0.05, 0.5, 0.5, 0.5], seed=3)
@@ -99,3 +98,20 @@ def test_multi_label_data_is_a_planet_shaped_csv_with_rates_per_class(tmp_path):
     demo.make_multi_label_dataset(str(tmp_path / 'other'), positive_rate=[0.1, 0.2])
   with pytest.raises(ValueError, match='at least 48'):
     demo.make_multi_label_dataset(str(tmp_path / 'other'), image_size=32)
+
+
+def test_the_command_line_takes_one_rate_for_all_classes_or_one_each(tmp_path, capsys):
+  from absl import app  # pylint: disable=import-outside-toplevel
+  from absl import flags  # pylint: disable=import-outside-toplevel
+
+  def run(*args):
+    fv = flags.FlagValues()
+    demo.define_flags(fv)
+    fv(['make_demo_dataset', '--multi_label', '--num_images=40', '--max_size=48', *args])
+    demo.main(['make_demo_dataset'], fv)
+  run(f'--output_dir={tmp_path / "one"}', '--positive_rates=1')
+  assert 'circles 40, squares 40, triangles 40, stripes 40' in capsys.readouterr().out
+  run(f'--output_dir={tmp_path / "each"}', '--positive_rates=0,1,0,1')
+  assert 'circles 0, squares 40, triangles 0, stripes 40' in capsys.readouterr().out
+  with pytest.raises(app.UsageError, match='--positive_rates takes numbers .* got 0.3,rare'):
+    run(f'--output_dir={tmp_path / "bad"}', '--positive_rates=0.3,rare')
