@@ -110,10 +110,17 @@ def _import_graph():
   return graph
 
 
+_NAMES = {}
+
+
 def _imported_names(path: str, module: str):
-  tree = _tree(path)
-  return {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == module
-          for alias in node.names}
+  """The names ``from module import ...`` takes in ``path`` (each file walked once: the graph asks per import)."""
+  if path not in _NAMES:
+    _NAMES[path] = {}
+    for node in ast.walk(_tree(path)):
+      if isinstance(node, ast.ImportFrom) and node.module:
+        _NAMES[path].setdefault(node.module, set()).update(alias.name for alias in node.names)
+  return _NAMES[path].get(module, set())
 
 
 def _cycle(graph):

@@ -257,25 +257,15 @@ def test_workers_train_and_eval_from_an_empty_model_dir_and_evaluate_every_image
     assert two[key] == pytest.approx(single[key], rel=1e-4), key
 
 
-def _early_stopping_runs(tmp_path, model_dir, data_dir, vanish_at=None, train_steps=6):
-  """2 workers, train_and_eval to ``train_steps`` evaluating every 2, early stopping after 1 evaluation without
-  improvement of global_step (every evaluation improves it, unless best/ says otherwise)."""
-  runs = _worker_runs(tmp_path, 'w', 2, [
-      '--mode=train_and_eval', f'--data_dir={data_dir}', f'--model_dir={model_dir}', f'--train_steps={train_steps}',
-      '--steps_per_eval=2', '--iterations_per_loop=2', '--best_metric=global_step', '--early_stopping_evals=1',
-      '--keep_checkpoint_max=5'])
-  if vanish_at is not None:
-    runs = [(name, args, {**env, 'BEST_COPY_VANISHES_AT': str(vanish_at)}) for name, args, env in runs]
-  started = _start_all(runs, tmp_path)
-  steps = [int(_load(str(tmp_path / f'w{i}.npz'))['global_step']) for i in range(2)]
-  stops = [re.findall(r'Early stopping at step (\d+)', started[f'w{i}'].log()) for i in range(2)]
-  return steps, stops
+def test_workers_stop_early_together_on_the_chiefs_verdict(tmp_path):
+  """Two fixed disagreements in one run (train_and_eval to step 6, an evaluation every 2 steps):
 
-
-def test_workers_stop_early_together_when_best_was_chosen_by_another_metric(tmp_path):
-  """best/ from an earlier run by another metric (an unbeatable loss): the chief replaces it on the first evaluation;
-  before the fix worker 1 took best/'s metric as its own, counted no improvement, stopped at step 2 and left the
-  chief waiting in the next step's all-reduce."""
+  - best/ holds an earlier run's best by another metric (an unbeatable loss): the chief replaces it at the first
+    evaluation (step 2). Before the fix worker 1 took best/'s metric as its own, counted no improvement, stopped at
+    step 2 and left the chief waiting in the next step's all-reduce.
+  - Step 4 improves on step 2, but its checkpoint vanishes before the chief copies it into best/: the chief counts
+    no improvement and stops. Before the fix worker 1 counted an improvement and trained on alone.
+  """
   data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=16, num_validation=8, num_shards=2)
   best_dir = tmp_path / 'model' / 'best'
   best_dir.mkdir(parents=True)
@@ -283,20 +273,16 @@ def test_workers_stop_early_together_when_best_was_chosen_by_another_metric(tmp_
   (best_dir / 'eval_results.json').write_text(json.dumps({
       'best_metric': 'loss', 'best_metric_goal': 'min', 'loss': -1.0, 'global_step': 0,
       'best_checkpoint': 'model.ckpt-0'}))
-  steps, stops = _early_stopping_runs(tmp_path, tmp_path / 'model', data_dir, train_steps=4)  # evals at 2 and 4
-  assert steps == [4, 4] and stops == [[], []]
-  kept = json.loads((best_dir / 'eval_results.json').read_text())
-  assert kept['best_metric'] == 'global_step' and kept['global_step'] == 4
-
-
-def test_workers_stop_early_together_when_the_chief_cannot_keep_a_best(tmp_path):
-  """Step 4 improves on step 2, but its checkpoint vanishes before the chief copies it into best/: the chief
-  counts no improvement and stops; before the fix worker 1 counted an improvement and trained on alone."""
-  data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=16, num_validation=8, num_shards=2)
-  steps, stops = _early_stopping_runs(tmp_path, tmp_path / 'model', data_dir, vanish_at=4)
+  runs = _worker_runs(tmp_path, 'w', 2, [  # early stopping after 1 evaluation without improvement of global_step
+      '--mode=train_and_eval', f'--data_dir={data_dir}', f'--model_dir={tmp_path / "model"}', '--train_steps=6',
+      '--steps_per_eval=2', '--iterations_per_loop=2', '--best_metric=global_step', '--early_stopping_evals=1',
+      '--keep_checkpoint_max=5'])
+  started = _start_all([(name, args, {**env, 'BEST_COPY_VANISHES_AT': '4'}) for name, args, env in runs], tmp_path)
+  steps = [int(_load(str(tmp_path / f'w{i}.npz'))['global_step']) for i in range(2)]
+  stops = [re.findall(r'Early stopping at step (\d+)', started[f'w{i}'].log()) for i in range(2)]
   assert steps == [4, 4] and stops == [['4'], ['4']]
-  kept = json.loads((tmp_path / 'model' / 'best' / 'eval_results.json').read_text())
-  assert kept['global_step'] == 2
+  kept = json.loads((best_dir / 'eval_results.json').read_text())
+  assert kept['best_metric'] == 'global_step' and kept['global_step'] == 2
 
 
 def test_workers_evaluate_continuously_the_checkpoint_the_chief_sees(tmp_path):
