@@ -96,10 +96,10 @@ def records(tmp_path_factory):
   return str(root / 'records')
 
 
-# The longest files start first, longest to shortest (pytest-xdist keeps this order under `--dist loadfile
-# --no-loadscope-reorder`, which the Makefile passes), so the suite ends on short files on both workers instead of
-# one long file running alone. Seconds a file took in `make test` on 2 cores (from its first start to its last end);
-# the rest (each under ~25 s) keep their collection order.
+# The kernel-modes rerun (one long test) first, then the longest files, longest to shortest (pytest-xdist keeps this
+# order under `--dist loadfile --no-loadscope-reorder`, which the Makefile passes), so the suite ends on short files
+# on both workers instead of one long file running alone. Seconds a file took in `make test` on 2 cores (from its
+# first start to its last end); the rest (each under ~25 s) keep their collection order.
 LONGEST_FIRST = (
     'tests/test_kernel_modes.py',                        # 120: a nested pytest of the numeric claims
     'tests/resnet/estimator/test_multi_worker.py',       # 280: 2-3 processes a test

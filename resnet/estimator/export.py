@@ -39,7 +39,7 @@ def export_saved_model(export_dir_base: str, objects: Mapping[str, Any], model_f
   module.objects = dict(objects)
   signatures = {}
   for name, serving in serving_inputs.items():  # concrete functions only: a tf.function saved as an attribute
-    # is traced again by the save (its cache key holds the save context), ~0.4 s a signature for ResNet-10
+    # is traced again by the save (its cache key holds the save context), a build of the model per signature
     signatures[name] = serving_function(model_fn, serving, params).get_concrete_function(**serving.input_signature)
   final_dir = _next_version_dir(export_dir_base)
   tmp_dir = files.temp_path(final_dir)

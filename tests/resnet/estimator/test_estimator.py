@@ -171,6 +171,25 @@ def test_export_writes_a_new_version_directory_each_time(tmp_path):
   np.testing.assert_array_equal(out['classes'].numpy(), np.argmax(runner.scope.get('model')(X[:3]).numpy(), -1))
 
 
+def test_export_traces_the_model_once_a_signature(tmp_path):
+  """The save itself traces nothing again: a serving tf.function kept on the saved module was traced a second time
+  by tf.saved_model.save (its cache key holds the save context), a build of the model per signature."""
+  traced = []
+
+  def counting_model_fn(features, labels, mode, params):
+    if mode == ModeKeys.PREDICT and features is not None:
+      traced.append(mode)
+    return toy.toy_model_fn(features, labels, mode, params)
+  runner = E.Estimator(counting_model_fn, make_runner(tmp_path).config, {})
+  runner.train(train_input, max_steps=1)
+  spec = {'x': tf.TensorSpec([None, 4], tf.float32)}
+  serving = {'serving_default': ServingInput(spec, lambda x: x), 'doubled': ServingInput(spec, lambda x: 2 * x)}
+  del traced[:]
+  path = runner.export_saved_model(str(tmp_path / 'export'), serving)
+  assert len(traced) == 2
+  assert set(tf.saved_model.load(path).signatures) == {'serving_default', 'doubled'}
+
+
 def test_mirrored_strategy_sums_loss_over_replicas_and_averages_scalars(tmp_path):
   strategy = two_device_strategy()
   single = make_runner(tmp_path / 'one', params={'lr': 0.0})
