@@ -50,22 +50,26 @@ class ReplicaFunctions:
                strategy: tf.distribute.Strategy):
     self._model_fn = model_fn
     self._params_for = params_for
+    self._tpu = isinstance(strategy, tf.distribute.TPUStrategy)
     # TPUStrategy compiles the whole replica computation itself; a nested jit there is redundant.
-    self._jit = bool(jit_compile) and not isinstance(strategy, tf.distribute.TPUStrategy)
+    self._jit = bool(jit_compile) and not self._tpu
 
-  def _wrap(self, fn: Callable) -> Callable:
-    """With XLA: one compiled function per replica. Sharing one across MirroredStrategy's replicas would bind
-    the first replica's variables into every replica's compiled step."""
-    if not self._jit:
+  def _wrap(self, fn: Callable, nested: bool = False) -> Callable:
+    """One ``tf.function`` per replica, XLA-compiled if asked, or (``nested``) whether or not: its one trace then
+    serves every step function that calls it. Sharing one across MirroredStrategy's replicas would bind the first
+    replica's variables into every replica's step. Training nests only for XLA: a nested function cannot hold a
+    merge_call, which the train step's updates of mirrored variables make under MirroredStrategy. TPUs keep the
+    function as it is: their replica ids are not static while tracing (and their compile dwarfs a trace)."""
+    if not (self._jit or (nested and not self._tpu)):
       return fn
-    compiled: Dict[Any, Callable] = {}
+    functions: Dict[Any, Callable] = {}
 
     def per_replica(*args):
       context = tf.distribute.get_replica_context()
       key = int(tf.get_static_value(context.replica_id_in_sync_group)) if context is not None else 0
-      if key not in compiled:
-        compiled[key] = tf.function(fn, jit_compile=True)
-      return compiled[key](*args)
+      if key not in functions:
+        functions[key] = tf.function(fn, jit_compile=self._jit)
+      return functions[key](*args)
     return per_replica
 
   def train(self) -> Callable:
@@ -87,7 +91,7 @@ class ReplicaFunctions:
           metrics={k: (tf.cast(s, tf.float32), tf.cast(w, tf.float32)) for k, (s, w) in spec.eval_metrics.items()},
           sums={k: tf.cast(v, tf.float32) for k, v in (spec.eval_sums or {}).items()},
           per_example=dict(spec.eval_outputs or {}))
-    return self._wrap(eval_replica)
+    return self._wrap(eval_replica, nested=True)  # eval_step's shape probe and its step share the trace
 
   def predict(self) -> Callable:
     params = self._params_for(ModeKeys.PREDICT)
@@ -175,6 +179,7 @@ def eval_step(strategy: tf.distribute.Strategy, replica_fn: Callable, element_sp
   before another's (uneven shards), tf.distribute hands the finished worker empty batches so that it keeps
   joining the all-reduce until every worker is done.
   """
+  # The probe's trace of replica_fn (ReplicaFunctions.eval: a tf.function per replica) is the one the step calls.
   probe = tf.function(lambda element: strategy.run(replica_fn, args=_device_args(element)[0]))
   shapes = tf.nest.map_structure(lambda v: (_replica_value(v).shape, _replica_value(v).dtype),
                                  probe.get_concrete_function(element_spec).structured_outputs)

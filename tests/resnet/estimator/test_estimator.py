@@ -52,6 +52,25 @@ def test_the_train_step_is_traced_once_for_one_step_loops_and_once_more_for_long
   assert len(traces) == 2
 
 
+@pytest.mark.parametrize('replicas', [1, 2])
+def test_the_eval_step_is_traced_once_a_replica_for_every_evaluation(tmp_path, replicas):
+  """The eval step learns its outputs' shapes (for the zeros of an empty batch) from the replica function's own
+  trace, which the step then calls (a separate probe traced the forward pass once more, at every eval's start)."""
+  traces = []
+
+  def counting_model_fn(features, labels, mode, params):
+    if mode == ModeKeys.EVAL and features is not None:
+      traces.append(mode)  # Python runs once per trace
+    return toy.toy_model_fn(features, labels, mode, params)
+  runner = E.Estimator(counting_model_fn, toy.RunConfig(model_dir=str(tmp_path), train_batch_size=8,
+                                                         eval_batch_size=8), {},
+                       two_device_strategy() if replicas == 2 else None)
+  runner.train(train_input, max_steps=1)
+  first = runner.evaluate(eval_input)
+  second = runner.evaluate(eval_input)
+  assert len(traces) == replicas and first['num_examples'] == second['num_examples'] == len(X)
+
+
 def test_a_model_fn_with_python_control_flow_on_tensors_still_trains(tmp_path):
   """The runner keeps AutoGraph for the model_fns it is given (resnet_model_fn opts out itself)."""
   def branching_model_fn(features, labels, mode, params):
