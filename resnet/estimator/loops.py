@@ -1,7 +1,7 @@
 """What a compiled step does, per mode: the replica functions and the loops that run them.
 
 ``iterations_per_loop`` training steps run inside one ``tf.function`` (a ``while`` loop); the iterator's
-``next`` stays in that outer function, on the host side. With ``jit_compile`` only the per-replica computation is
+``next`` stays outside the replica computation, on the host side. With ``jit_compile`` only the per-replica computation is
 XLA-compiled -- what TPUStrategy compiles too -- because XLA cannot compile an iterator's GetNext. Replica functions
 only see numeric tensors of static shape: string features (file names, keys) stay on the host and are joined to
 the predictions there, and eval sums are float32 (TPUs have no float64).
@@ -57,9 +57,10 @@ class ReplicaFunctions:
   def _wrap(self, fn: Callable, nested: bool = False) -> Callable:
     """One ``tf.function`` per replica, XLA-compiled if asked, or (``nested``) whether or not: its one trace then
     serves every step function that calls it. Sharing one across MirroredStrategy's replicas would bind the first
-    replica's variables into every replica's step. Training nests only for XLA: a nested function cannot hold a
-    merge_call, which the train step's updates of mirrored variables make under MirroredStrategy. TPUs keep the
-    function as it is: their replica ids are not static while tracing (and their compile dwarfs a trace)."""
+    replica's variables into every replica's step. Training is nested only where XLA is asked for: otherwise,
+    under MirroredStrategy, the train step's updates of mirrored variables make a merge_call, which a nested
+    function cannot hold. TPUs keep the function as it is: their replica ids are not static while tracing (and
+    their compile dwarfs a trace)."""
     if not (self._jit or (nested and not self._tpu)):
       return fn
     functions: Dict[Any, Callable] = {}
@@ -147,10 +148,10 @@ class TrainLoop:
     outputs = self.single_step.get_concrete_function(iterator).structured_outputs
     self.scalar_names, self.mean_names = sorted(outputs[1]), sorted(outputs[2])
     # The loop calls that traced step instead of tracing model and gradient once more (measured 1.4 s a start for
-    # ResNet-10, 3.6 s for ResNet-50 on 2 cores). It must not call it inside a tf.cond (as a `break` in the loop
-    # would put it): the collectives' instance keys, captured when the call runs, are then never fed. TPUs trace the
-    # step inline, the form their compiler is known to take (a replicated computation in a called function is not
-    # something this machine can check).
+    # ResNet-10 and ResNet-18, 3.6 s for ResNet-50 on 2 cores). It must not call it inside a tf.cond (where a
+    # `break` in the loop would put it): the collectives' instance keys, captured where the call is traced, are
+    # then never fed. TPUs trace the step inline in the loop: a replicated computation inside a called function is
+    # not something this machine can check.
     body = step if isinstance(strategy, tf.distribute.TPUStrategy) else self.single_step
     self.loop = tf.function(loop)
 
@@ -185,7 +186,8 @@ def eval_step(strategy: tf.distribute.Strategy, replica_fn: Callable, element_sp
   before another's (uneven shards), tf.distribute hands the finished worker empty batches so that it keeps
   joining the all-reduce until every worker is done.
   """
-  # The probe's trace of replica_fn (ReplicaFunctions.eval: a tf.function per replica) is the one the step calls.
+  # The probe's trace of replica_fn (ReplicaFunctions.eval: a tf.function per replica, except on TPUs) is the one
+  # the step calls.
   probe = tf.function(lambda element: strategy.run(replica_fn, args=_device_args(element)[0]))
   shapes = tf.nest.map_structure(lambda v: (_replica_value(v).shape, _replica_value(v).dtype),
                                  probe.get_concrete_function(element_spec).structured_outputs)

@@ -39,11 +39,25 @@ def unsupported_dtypes(concrete: tf.types.experimental.ConcreteFunction) -> set:
     found |= _unsupported(n for n in nodes if n.op not in ('Assert', 'NoOp')
                           and consumers.get(n.name, set()) != {'Assert'}
                           and not (n.op == 'Const' and n.name not in consumers))
-  for op in concrete.graph.get_operations():  # output types that are no attr (e.g. AsString's string)
-    if op.type != 'Assert' and not all(c.type == 'Assert' for o in op.outputs for c in o.consumers() or [None]
-                                       if c is not None):
-      found |= {(op.type, o.dtype.name) for o in op.outputs if o.dtype.as_datatype_enum in TPU_UNSUPPORTED}
+  for graph in _func_graphs(concrete.graph):  # output types that are no attr (e.g. AsString's string)
+    for op in graph.get_operations():
+      if op.type != 'Assert' and not all(c.type == 'Assert' for o in op.outputs for c in o.consumers() or [None]
+                                         if c is not None):
+        found |= {(op.type, o.dtype.name) for o in op.outputs if o.dtype.as_datatype_enum in TPU_UNSUPPORTED}
   return found
+
+
+def _func_graphs(graph) -> list:
+  """The graph and the graphs of every function it calls, nested ones and control-flow branches included."""
+  graphs, pending = [], [graph]
+  while pending:
+    current = pending.pop()
+    if any(current is g for g in graphs):
+      continue
+    graphs.append(current)
+    pending += [f.graph for f in current._functions.values()  # pylint: disable=protected-access
+                if getattr(f, 'graph', None) is not None]
+  return graphs
 
 
 def _unsupported(nodes) -> set:
@@ -99,6 +113,10 @@ def test_the_dtype_check_catches_float64_and_strings():
   bad = tf.function(lambda x: (tf.cast(x, tf.float64), tf.strings.as_string(x))).get_concrete_function(
       tf.TensorSpec([2], tf.float32))
   assert {'float64', 'string'} <= {dtype for _, dtype in unsupported_dtypes(bad)}
+  # A string made inside a nested function (as the eval replica function is, off TPUs) and inside a branch.
+  inner = tf.function(lambda x: tf.strings.length(tf.strings.as_string(x)))
+  nested = tf.function(lambda x: tf.cond(x[0] > 0, lambda: inner(x), lambda: tf.zeros([2], tf.int32)))
+  assert ('AsString', 'string') in unsupported_dtypes(nested.get_concrete_function(tf.TensorSpec([2], tf.float32)))
   dynamic = tf.function(lambda x: x * 2).get_concrete_function(tf.TensorSpec([None, 3], tf.float32))
   assert not has_static_batch(dynamic)
 

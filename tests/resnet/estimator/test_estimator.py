@@ -56,7 +56,7 @@ def test_the_train_step_is_traced_once_for_one_step_loops_and_for_longer_ones(tm
 @pytest.mark.parametrize('replicas', [1, 2])
 def test_the_eval_step_is_traced_once_a_replica_for_every_evaluation(tmp_path, replicas):
   """The eval step learns its outputs' shapes (for the zeros of an empty batch) from the replica function's own
-  trace, which the step then calls (a separate probe traced the forward pass once more, at every eval's start)."""
+  trace, which the step then calls (the step traced the forward pass once more, for each eval input)."""
   traces = []
 
   def counting_model_fn(features, labels, mode, params):
