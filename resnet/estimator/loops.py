@@ -1,8 +1,8 @@
 """What a compiled step does, per mode: the replica functions and the loops that run them.
 
 ``iterations_per_loop`` training steps run inside one ``tf.function`` (a ``while`` loop); the iterator's
-``next`` stays outside the replica computation, on the host side. With ``jit_compile`` only the per-replica computation is
-XLA-compiled -- what TPUStrategy compiles too -- because XLA cannot compile an iterator's GetNext. Replica functions
+``next`` stays outside the replica computation, on the host side. With ``jit_compile`` only the per-replica
+computation is XLA-compiled -- what TPUStrategy compiles too -- because XLA cannot compile an iterator's GetNext. Replica functions
 only see numeric tensors of static shape: string features (file names, keys) stay on the host and are joined to
 the predictions there, and eval sums are float32 (TPUs have no float64).
 """
@@ -127,18 +127,16 @@ class TrainLoop:
 
     def loop(iterator, num_steps):
       loss_sum = tf.constant(0.0, tf.float32)
-      done = tf.constant(0.0, tf.float32)
       scalars = {k: tf.constant(0.0, tf.float32) for k in self.scalar_names}
       mean_sums = {k: tf.constant(0.0, tf.float32) for k in self.mean_names}
-      taken = tf.constant(0, tf.int64)
-      while taken < num_steps and not (check_stop_each_step and stop_flag):
+      done = tf.constant(0, tf.int64)
+      while done < num_steps and not (check_stop_each_step and stop_flag):
         loss, scalars, means = body(iterator)
         loss_sum += loss
         mean_sums = {k: mean_sums[k] + means[k] for k in self.mean_names}
-        done += 1.0
-        taken += 1
-      done = tf.maximum(done, 1.0)
-      return loss_sum / done, scalars, {k: v / done for k, v in mean_sums.items()}
+        done += 1
+      steps = tf.maximum(tf.cast(done, tf.float32), 1.0)
+      return loss_sum / steps, scalars, {k: v / steps for k, v in mean_sums.items()}
 
     # One step without a loop: profile tools group a while loop by iteration and would find no marked steps.
     self.single_step = tf.function(step)

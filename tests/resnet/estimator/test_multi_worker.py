@@ -169,9 +169,10 @@ def test_workers_read_different_tfrecord_files_and_stay_in_sync(tmp_path):
 def test_float16_overflow_on_one_worker_skips_the_step_on_both(tmp_path):
   """Worker 1's step-1 images overflow float16: both workers skip that step together (before the fix worker 0
   applied it and waited forever in the gradient all-reduce worker 1 never joined) and halve the loss scale; the
-  result equals a single process that trained only step 0."""
+  result equals a single process that trained only step 0. The workers run both steps in one 2-step loop, which
+  calls the one-step function (loss scaling's all-reduces inside a called function inside the loop)."""
   hosts = ','.join(f'127.0.0.1:{p}' for p in procs.free_ports(2))
-  common = ('--mode=train', '--iterations_per_loop=1', '--base_learning_rate=1.6', '--lr_schedule=cosine',
+  common = ('--mode=train', '--iterations_per_loop=2', '--base_learning_rate=1.6', '--lr_schedule=cosine',
             '--lr_warmup_epochs=0', '--precision=float16')
   runs = []
   for i in range(2):
