@@ -4,12 +4,18 @@ Why: these tests start TensorFlow processes that can hang (a collective waiting 
 connect). Every wait here is bounded, and every process started through :class:`Proc` is killed in ``finally``
 (by its own pid, SIGKILL after a grace period) so a failing test never leaves a process behind on a 2-core CI box.
 """
+import atexit
 import contextlib
+import itertools
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -52,16 +58,109 @@ def base_env(**extra: str) -> Dict[str, str]:
   return env
 
 
+# What the fork server runs (tests.helpers.forkserver), as `python -m MODULE`.
+FORKED_MODULES = ('resnet.resnet_main', 'tests.helpers.main_dump', 'tests.helpers.fork_probe')
+# What TensorFlow (or Python) reads when it is imported: a child forked after the import must not differ in them.
+_READ_AT_IMPORT = ('TF_CPP_MIN_LOG_LEVEL', 'TF_CPP_MAX_VLOG_LEVEL', 'TF_CPP_VMODULE', 'TF_ENABLE_ONEDNN_OPTS',
+                   'CUDA_VISIBLE_DEVICES', 'PYTHONPATH', 'PYTHONUNBUFFERED', 'PYTHONWARNINGS', 'PYTHONHASHSEED')
+
+
+class _Forked:
+  """Popen's waiting side for a child of the fork server (tests.helpers.forkserver): its pid and return code."""
+
+  def __init__(self, args: List[str], pid: int, status_path: str, server: 'subprocess.Popen'):
+    self.args, self.pid, self._status, self._server = args, pid, status_path, server
+    self.returncode: Optional[int] = None
+
+  def poll(self) -> Optional[int]:
+    if self.returncode is None and os.path.exists(self._status):
+      with open(self._status) as f:
+        self.returncode = int(f.read())
+    if self.returncode is None and self._server.poll() is not None:
+      raise RuntimeError(f'the fork server exited ({self._server.poll()}) before its child {self.pid} ended')
+    return self.returncode
+
+  def wait(self, timeout: Optional[float] = None) -> int:
+    deadline = None if timeout is None else time.time() + timeout
+    while self.poll() is None:
+      if deadline is not None and time.time() > deadline:
+        raise subprocess.TimeoutExpired(self.args, timeout)
+      time.sleep(0.02)
+    return self.returncode
+
+
+class _ForkServer:
+  """This test process's fork server, started on first use with base_env() and stopped at exit."""
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._server: Optional[subprocess.Popen] = None
+    self._env: Dict[str, str] = {}
+    self._dir = ''
+    self._count = itertools.count()
+
+  def accepts(self, args: Sequence[str], env: Dict[str, str], cwd: str) -> bool:
+    if os.environ.get('RESNET_TEST_NO_FORKSERVER') == '1':
+      return False
+    if len(args) < 3 or list(args[:2]) != [PYTHON, '-m'] or args[2] not in FORKED_MODULES or cwd != ROOT:
+      return False
+    server_env = self._env or base_env()
+    return all(env.get(k) == server_env.get(k) for k in _READ_AT_IMPORT)
+
+  def start(self, args: Sequence[str], env: Dict[str, str], log_path: str) -> _Forked:
+    with self._lock:
+      if self._server is None or self._server.poll() is not None:
+        self._dir = tempfile.mkdtemp(prefix='resnet-forkserver-')
+        self._env = base_env()
+        with open(os.path.join(self._dir, 'server.log'), 'wb') as log:
+          self._server = subprocess.Popen([PYTHON, '-m', 'tests.helpers.forkserver'], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=log, cwd=ROOT, env=self._env)
+        atexit.register(self.stop)
+      status = os.path.join(self._dir, f'{next(self._count)}.exit')
+      request = {'module': args[2], 'argv': list(args[3:]), 'env': dict(env), 'cwd': ROOT,
+                 'log': os.path.abspath(log_path), 'status': status}
+      self._server.stdin.write((json.dumps(request) + '\n').encode())
+      self._server.stdin.flush()
+      reply = self._server.stdout.readline()
+      if not reply:
+        with open(os.path.join(self._dir, 'server.log'), 'rb') as f:
+          raise RuntimeError('the fork server ended: ' + f.read().decode('utf-8', 'replace')[-3000:])
+      return _Forked(list(args), json.loads(reply)['pid'], status, self._server)
+
+  def stop(self) -> None:
+    if self._server is not None:
+      with contextlib.suppress(OSError):
+        self._server.stdin.close()
+      try:
+        self._server.wait(timeout=10)
+      except subprocess.TimeoutExpired:
+        self._server.kill()
+      shutil.rmtree(self._dir, ignore_errors=True)
+      self._server = None
+
+
+_FORK_SERVER = _ForkServer()
+
+
 class Proc:
-  """One child process with its combined stdout/stderr in a log file (no pipe to fill up and block on)."""
+  """One child process with its combined stdout/stderr in a log file (no pipe to fill up and block on).
+
+  ``python -m resnet.resnet_main`` (or tests.helpers.main_dump) is forked from a process that has imported
+  TensorFlow already (tests.helpers.forkserver: a process of its own, ~3 s less to start); any other command, a
+  working directory other than the repo's, or an environment that differs in what TensorFlow reads at import
+  starts a new interpreter. RESNET_TEST_NO_FORKSERVER=1 starts every one anew.
+  """
 
   def __init__(self, args: Sequence[str], log_path: str, env: Optional[Dict[str, str]] = None,
                cwd: str = ROOT):
     self.args = list(args)
     self.log_path = log_path
     self._log = open(log_path, 'wb')  # pylint: disable=consider-using-with
-    self.popen = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd,
-                                  env=env or base_env())
+    env = env or base_env()
+    if _FORK_SERVER.accepts(self.args, env, cwd):
+      self.popen = _FORK_SERVER.start(self.args, env, log_path)
+    else:
+      self.popen = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
 
   @property
   def pid(self) -> int:
