@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -121,10 +122,14 @@ class _ForkServer:
                  'log': os.path.abspath(log_path), 'status': status}
       self._server.stdin.write((json.dumps(request) + '\n').encode())
       self._server.stdin.flush()
-      reply = self._server.stdout.readline()
+      # The first reply comes after the server's imports; a server that never answers must not hang the suite.
+      ready, _, _ = select.select([self._server.stdout], [], [], 300)
+      reply = self._server.stdout.readline() if ready else b''
       if not reply:
+        self._server.kill()
         with open(os.path.join(self._dir, 'server.log'), 'rb') as f:
-          raise RuntimeError('the fork server ended: ' + f.read().decode('utf-8', 'replace')[-3000:])
+          log = f.read().decode('utf-8', 'replace')[-3000:]
+        raise RuntimeError(f'the fork server did not answer within 300 s, or ended; its log:\n{log}')
       return _Forked(list(args), json.loads(reply)['pid'], status, self._server)
 
   def stop(self) -> None:
