@@ -2,10 +2,15 @@
 ``python -m`` process has: its own pid, environment, temporary directory, random state, exit code, signals and exit
 handlers, with TensorFlow imported and its runtime not started; and a new interpreter wherever it cannot."""
 import json
+import os
 import signal
 import subprocess
 
+import pytest
+
 from tests.helpers import procs
+
+pytestmark = pytest.mark.slow  # processes: the fork server and new interpreters
 
 PROBE = [procs.PYTHON, '-m', 'tests.helpers.fork_probe']
 
@@ -21,14 +26,18 @@ def test_forked_children_are_processes_of_their_own(tmp_path):
   b, seen_b = _run(tmp_path, 'b', 'exit:3', PROBE_VALUE='b')
   assert isinstance(a.popen, procs._Forked) and isinstance(b.popen, procs._Forked)  # pylint: disable=protected-access
   assert (a.popen.returncode, b.popen.returncode) == (0, 3)
-  assert seen_a['pid'] == a.pid and seen_b['pid'] == b.pid and seen_a['ppid'] == seen_b['ppid']  # one server
-  assert seen_a['argv'][1:] == ['exit:0'] and seen_a['argv'][0].endswith('fork_probe.py')  # as `python -m` sets it
+  assert seen_a['pid'] == a.pid and seen_b['pid'] == b.pid and seen_a['ppid'] == seen_b['ppid'] != os.getpid()
+  # As `python -m` sets them: argv[0] and a __main__ module of the module's file, to the end (atexit included).
+  probe_file = os.path.join(procs.ROOT, 'tests', 'helpers', 'fork_probe.py')
+  assert seen_a['argv'] == [probe_file, 'exit:0'] and seen_a['main'] == probe_file
+  assert a.log().rstrip().endswith(f'ATEXIT {probe_file}') and b.log().rstrip().endswith(f'ATEXIT {probe_file}')
   assert seen_a['cwd'] == procs.ROOT
-  assert (seen_a['value'], seen_b['value']) == ('a', 'b') and seen_a['tmp'] == str(tmp_path / 'tmp_a')
-  assert seen_b['tmp'] != seen_a['tmp']
+  assert (seen_a['value'], seen_b['value']) == ('a', 'b')
+  # The server has used tempfile (its TMPDIR is cached there): each child reads its own.
+  assert seen_a['tmp'] == str(tmp_path / 'tmp_a') and seen_b['tmp'] != seen_a['tmp']
   assert not seen_a['runtime_started'] and not seen_b['runtime_started']
   assert seen_a['np_draw'] != seen_b['np_draw'] and seen_a['py_draw'] != seen_b['py_draw']  # not the server's
-  assert a.log().rstrip().endswith('ATEXIT') and b.log().rstrip().endswith('ATEXIT')
+  assert seen_a['hash'] == seen_b['hash']  # what a fork cannot renew: tests that compare processes start anew
 
 
 def test_an_uncaught_exception_and_a_signal_end_a_child_as_they_end_a_process(tmp_path):
@@ -47,10 +56,15 @@ def test_an_uncaught_exception_and_a_signal_end_a_child_as_they_end_a_process(tm
 
 
 def test_other_commands_and_environments_start_a_new_interpreter(tmp_path, monkeypatch):
+  forked, seen_forked = _run(tmp_path, 'forked', 'exit:0')
   other_env, _ = _run(tmp_path, 'loud', 'exit:0', TF_CPP_MIN_LOG_LEVEL='0')  # read when TensorFlow is imported
-  assert isinstance(other_env.popen, subprocess.Popen)
+  asked, seen_asked = _run(tmp_path, 'asked', 'exit:0', **{procs.NO_FORKSERVER: '1'})
   other = procs.run([procs.PYTHON, '-c', 'print(1)'], str(tmp_path / 'c.log'), timeout=60)
-  assert isinstance(other.popen, subprocess.Popen) and other.log().strip() == '1'
-  monkeypatch.setenv('RESNET_TEST_NO_FORKSERVER', '1')
+  assert isinstance(forked.popen, procs._Forked)  # pylint: disable=protected-access
+  for proc in (other_env, asked, other):
+    assert isinstance(proc.popen, subprocess.Popen)
+  assert other.log().strip() == '1' and seen_asked['ppid'] == os.getpid()
+  assert seen_asked['hash'] != seen_forked['hash']  # a new interpreter draws its own hash seed
+  monkeypatch.setenv(procs.NO_FORKSERVER, '1')
   fresh, seen = _run(tmp_path, 'fresh', 'exit:0')
-  assert isinstance(fresh.popen, subprocess.Popen) and seen['ppid'] != fresh.pid
+  assert isinstance(fresh.popen, subprocess.Popen) and seen['ppid'] == os.getpid()

@@ -61,9 +61,13 @@ def base_env(**extra: str) -> Dict[str, str]:
 
 # What the fork server runs (tests.helpers.forkserver), as `python -m MODULE`.
 FORKED_MODULES = ('resnet.resnet_main', 'tests.helpers.main_dump', 'tests.helpers.fork_probe')
-# What TensorFlow (or Python) reads when it is imported: a child forked after the import must not differ in them.
-_READ_AT_IMPORT = ('TF_CPP_MIN_LOG_LEVEL', 'TF_CPP_MAX_VLOG_LEVEL', 'TF_CPP_VMODULE', 'TF_ENABLE_ONEDNN_OPTS',
-                   'CUDA_VISIBLE_DEVICES', 'PYTHONPATH', 'PYTHONUNBUFFERED', 'PYTHONWARNINGS', 'PYTHONHASHSEED')
+# Variables the programs read at run time, in which a forked child may differ from the server. Any other difference
+# (what TensorFlow, Keras or Python read at import or start-up) starts a new interpreter instead.
+_READ_AT_RUN_TIME = frozenset((
+    'TMPDIR', 'TF_CONFIG', 'PYTEST_CURRENT_TEST', 'PROBE_VALUE', 'DUMP_PATH', 'DUMP_SEED', 'DESIGNED_DATA',
+    'LOGICAL_CPUS', 'OVERFLOW_STEP', 'STALE_LISTING', 'BEST_COPY_VANISHES_AT', 'FAIL_WRITE',
+    'RESTORE_VANISHES_ON_NON_CHIEF'))  # the last ones: tests/helpers/main_dump.py
+NO_FORKSERVER = 'RESNET_TEST_NO_FORKSERVER'  # '1' in a Proc's environment (or the tests'): a new interpreter
 
 
 class _Forked:
@@ -77,8 +81,11 @@ class _Forked:
     if self.returncode is None and os.path.exists(self._status):
       with open(self._status) as f:
         self.returncode = int(f.read())
-    if self.returncode is None and self._server.poll() is not None:
-      raise RuntimeError(f'the fork server exited ({self._server.poll()}) before its child {self.pid} ended')
+    if self.returncode is None and self._server.poll() is not None:  # no status will come: is it still running?
+      try:
+        os.kill(self.pid, 0)
+      except ProcessLookupError:
+        self.returncode = 255  # ended after its server, with an exit status no one recorded
     return self.returncode
 
   def wait(self, timeout: Optional[float] = None) -> int:
@@ -99,37 +106,45 @@ class _ForkServer:
     self._env: Dict[str, str] = {}
     self._dir = ''
     self._count = itertools.count()
+    atexit.register(self.stop)
 
   def accepts(self, args: Sequence[str], env: Dict[str, str], cwd: str) -> bool:
-    if os.environ.get('RESNET_TEST_NO_FORKSERVER') == '1':
+    if '1' in (os.environ.get(NO_FORKSERVER), env.get(NO_FORKSERVER)):
       return False
     if len(args) < 3 or list(args[:2]) != [PYTHON, '-m'] or args[2] not in FORKED_MODULES or cwd != ROOT:
       return False
     server_env = self._env or base_env()
-    return all(env.get(k) == server_env.get(k) for k in _READ_AT_IMPORT)
+    return all(env.get(k) == server_env.get(k) for k in set(env) | set(server_env) if k not in _READ_AT_RUN_TIME)
+
+  def _fail(self, why: str) -> None:
+    self._server.kill()
+    self._server.wait()
+    with open(os.path.join(self._dir, 'server.log'), 'rb') as f:
+      log = f.read().decode('utf-8', 'replace')[-3000:]
+    raise RuntimeError(f'the fork server {why}; its log:\n{log}')
 
   def start(self, args: Sequence[str], env: Dict[str, str], log_path: str) -> _Forked:
     with self._lock:
       if self._server is None or self._server.poll() is not None:
+        self.stop()
         self._dir = tempfile.mkdtemp(prefix='resnet-forkserver-')
         self._env = base_env()
         with open(os.path.join(self._dir, 'server.log'), 'wb') as log:
           self._server = subprocess.Popen([PYTHON, '-m', 'tests.helpers.forkserver'], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=log, cwd=ROOT, env=self._env)
-        atexit.register(self.stop)
       status = os.path.join(self._dir, f'{next(self._count)}.exit')
       request = {'module': args[2], 'argv': list(args[3:]), 'env': dict(env), 'cwd': ROOT,
                  'log': os.path.abspath(log_path), 'status': status}
-      self._server.stdin.write((json.dumps(request) + '\n').encode())
-      self._server.stdin.flush()
+      try:
+        self._server.stdin.write((json.dumps(request) + '\n').encode())
+        self._server.stdin.flush()
+      except BrokenPipeError:
+        self._fail('ended')
       # The first reply comes after the server's imports; a server that never answers must not hang the suite.
       ready, _, _ = select.select([self._server.stdout], [], [], 300)
       reply = self._server.stdout.readline() if ready else b''
-      if not reply:
-        self._server.kill()
-        with open(os.path.join(self._dir, 'server.log'), 'rb') as f:
-          log = f.read().decode('utf-8', 'replace')[-3000:]
-        raise RuntimeError(f'the fork server did not answer within 300 s, or ended; its log:\n{log}')
+      if not reply.startswith(b'{"pid"'):
+        self._fail(f'did not answer within 300 s, or ended (it said {reply[:200]!r})')
       return _Forked(list(args), json.loads(reply)['pid'], status, self._server)
 
   def stop(self) -> None:
@@ -140,8 +155,11 @@ class _ForkServer:
         self._server.wait(timeout=10)
       except subprocess.TimeoutExpired:
         self._server.kill()
-      shutil.rmtree(self._dir, ignore_errors=True)
+        self._server.wait()
       self._server = None
+    if self._dir:
+      shutil.rmtree(self._dir, ignore_errors=True)
+      self._dir = ''
 
 
 _FORK_SERVER = _ForkServer()
@@ -150,10 +168,11 @@ _FORK_SERVER = _ForkServer()
 class Proc:
   """One child process with its combined stdout/stderr in a log file (no pipe to fill up and block on).
 
-  ``python -m resnet.resnet_main`` (or tests.helpers.main_dump) is forked from a process that has imported
-  TensorFlow already (tests.helpers.forkserver: a process of its own, ~3 s less to start); any other command, a
-  working directory other than the repo's, or an environment that differs in what TensorFlow reads at import
-  starts a new interpreter. RESNET_TEST_NO_FORKSERVER=1 starts every one anew.
+  ``python -m`` of a FORKED_MODULES module (resnet_main, main_dump, fork_probe) is forked from a process that has
+  imported TensorFlow already (tests.helpers.forkserver: still a process of its own, ~3 s less to start); any other
+  command, a working directory other than the repo's, or an environment that differs in more than what the programs
+  read at run time starts a new interpreter, and so does RESNET_TEST_NO_FORKSERVER=1 in ``env`` (for tests that
+  compare processes: forked children share the server's hash seed) or in the tests' environment.
   """
 
   def __init__(self, args: Sequence[str], log_path: str, env: Optional[Dict[str, str]] = None,

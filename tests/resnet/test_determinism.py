@@ -13,7 +13,8 @@ pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shar
 def _train(data_dir: str, model_dir: str, log: str, *extra: str) -> dict:
   proc = procs.run(cli.main_args('--mode=train', f'--data_dir={data_dir}', f'--model_dir={model_dir}',
                                  '--train_steps=4', '--iterations_per_loop=2', '--shuffle_buffer_size=16',
-                                 '--augment_name=randaugment', *extra), log, timeout=240)
+                                 '--augment_name=randaugment', *extra), log, timeout=240,
+                   env=procs.base_env(**{procs.NO_FORKSERVER: '1'}))  # new interpreters: their own hash seeds
   assert proc.popen.returncode == 0, proc.tail()
   return cli.model_weights(os.path.join(model_dir, 'model.ckpt-4'))
 

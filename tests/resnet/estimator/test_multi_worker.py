@@ -33,6 +33,10 @@ TIMEOUT = 300  # for all processes of a test together; typically 30-60 s on 2 bu
 STEPS = 4
 # MultiWorkerMirroredStrategy's class is named CollectiveAllReduceStrategy.
 MWMS_LOG = re.compile(r'Strategy: (MultiWorkerMirrored|CollectiveAllReduce)Strategy with 2 replica\(s\)')
+# New interpreters, each with its own string-hash seed and address layout (forked ones share the fork server's):
+# the workers agree bit for bit even where set or dict orders could differ between processes. The other tests
+# fork their processes (tests/helpers/forkserver.py).
+FRESH = {procs.NO_FORKSERVER: '1'}
 
 
 def _load(path: str) -> dict:
@@ -102,11 +106,11 @@ def test_two_workers_agree_with_each_other_and_with_a_single_process(tmp_path):
   runs = []
   for i in range(2):
     env = procs.base_env(DUMP_PATH=str(tmp_path / f'w{i}.npz'), DUMP_SEED='7', DESIGNED_DATA=str(STEPS),
-                         TMPDIR=str(worker_tmp if i else tmp_path))
+                         TMPDIR=str(worker_tmp if i else tmp_path), **FRESH)
     runs.append((f'worker{i}', cli.MAIN_DUMP + list(cli.TINY) + list(common) + [
         f'--model_dir={shared_dir}', '--strategy=multi_worker_mirrored', f'--worker_hosts={hosts}',
         f'--task_index={i}'], env))
-  env = procs.base_env(DUMP_PATH=str(tmp_path / 'single.npz'), DUMP_SEED='7', DESIGNED_DATA=str(STEPS))
+  env = procs.base_env(DUMP_PATH=str(tmp_path / 'single.npz'), DUMP_SEED='7', DESIGNED_DATA=str(STEPS), **FRESH)
   runs.append(('single', cli.MAIN_DUMP + list(cli.TINY) + list(common) + [
       f'--model_dir={single_dir}', '--strategy=one_device'], env))
   started = _start_all(runs, tmp_path)
