@@ -13,6 +13,8 @@ from tests.helpers import procs
 pytestmark = pytest.mark.slow  # processes: the fork server and new interpreters
 
 PROBE = [procs.PYTHON, '-m', 'tests.helpers.fork_probe']
+# A test of this process that changed os.environ for good (as tf2onnx's import did) turns forking off from then on.
+REFUSAL = lambda: procs._FORK_SERVER.refusal  # pylint: disable=protected-access
 
 
 def _run(tmp_path, name, how, **env):
@@ -24,7 +26,8 @@ def test_forked_children_are_processes_of_their_own(tmp_path):
   (tmp_path / 'tmp_a').mkdir()
   a, seen_a = _run(tmp_path, 'a', 'exit:0', PROBE_VALUE='a', TMPDIR=str(tmp_path / 'tmp_a'))
   b, seen_b = _run(tmp_path, 'b', 'exit:3', PROBE_VALUE='b')
-  assert isinstance(a.popen, procs._Forked) and isinstance(b.popen, procs._Forked)  # pylint: disable=protected-access
+  forked = procs._Forked  # pylint: disable=protected-access
+  assert isinstance(a.popen, forked) and isinstance(b.popen, forked), REFUSAL()
   assert (a.popen.returncode, b.popen.returncode) == (0, 3)
   assert seen_a['pid'] == a.pid and seen_b['pid'] == b.pid and seen_a['ppid'] == seen_b['ppid'] != os.getpid()
   # As `python -m` sets them: argv[0] and a __main__ module of the module's file, to the end (atexit included).
@@ -60,7 +63,7 @@ def test_other_commands_and_environments_start_a_new_interpreter(tmp_path, monke
   other_env, _ = _run(tmp_path, 'loud', 'exit:0', TF_CPP_MIN_LOG_LEVEL='0')  # read when TensorFlow is imported
   asked, seen_asked = _run(tmp_path, 'asked', 'exit:0', **{procs.NO_FORKSERVER: '1'})
   other = procs.run([procs.PYTHON, '-c', 'print(1)'], str(tmp_path / 'c.log'), timeout=60)
-  assert isinstance(forked.popen, procs._Forked)  # pylint: disable=protected-access
+  assert isinstance(forked.popen, procs._Forked), REFUSAL()
   for proc in (other_env, asked, other):
     assert isinstance(proc.popen, subprocess.Popen)
   assert other.log().strip() == '1' and seen_asked['ppid'] == os.getpid()

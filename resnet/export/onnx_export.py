@@ -58,12 +58,27 @@ def file_name(kind: str) -> str:
   return ONNX_NAME if kind == 'float32' else f'model_{kind}.onnx'
 
 
+def import_tf2onnx():
+  """tf2onnx with its converter, and TF_CPP_MIN_LOG_LEVEL as it was: importing tf2onnx.convert (which tf2onnx
+  imports on first use) sets the variable to 3 for the whole process, which would hide TensorFlow's C++ errors
+  from every process started afterwards."""
+  before = os.environ.get('TF_CPP_MIN_LOG_LEVEL')
+  try:
+    import tf2onnx.convert  # pylint: disable=g-import-not-at-top
+  finally:
+    if before is None:
+      os.environ.pop('TF_CPP_MIN_LOG_LEVEL', None)
+    else:
+      os.environ['TF_CPP_MIN_LOG_LEVEL'] = before
+  return tf2onnx
+
+
 def convert(model: keras.Model, image_size: int, opset: int = DEFAULT_OPSET,
             outputs: tflite_report.Outputs = tflite_report.Outputs()) -> bytes:
   """The serialized ONNX model of ``images [batch, S, S, 3] -> probabilities, classes`` (multi-label: sigmoids, and
   ``labels``, each class decided at its threshold, as the SavedModel)."""
   onnx_runtime.require('The ONNX export')
-  import tf2onnx  # pylint: disable=g-import-not-at-top
+  tf2onnx = import_tf2onnx()
 
   @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name='images')])
   def serve(images):

@@ -106,6 +106,7 @@ class _ForkServer:
     self._env: Dict[str, str] = {}
     self._dir = ''
     self._count = itertools.count()
+    self.refusal = ''  # why the last command with the environment as its only obstacle was not forked
     atexit.register(self.stop)
 
   def accepts(self, args: Sequence[str], env: Dict[str, str], cwd: str) -> bool:
@@ -114,7 +115,10 @@ class _ForkServer:
     if len(args) < 3 or list(args[:2]) != [PYTHON, '-m'] or args[2] not in FORKED_MODULES or cwd != ROOT:
       return False
     server_env = self._env or base_env()
-    return all(env.get(k) == server_env.get(k) for k in set(env) | set(server_env) if k not in _READ_AT_RUN_TIME)
+    differ = sorted(k for k in set(env) | set(server_env)
+                    if k not in _READ_AT_RUN_TIME and env.get(k) != server_env.get(k))
+    self.refusal = f"the environment differs from the server's in {differ}" if differ else ''
+    return not differ
 
   def _fail(self, why: str) -> None:
     self._server.kill()

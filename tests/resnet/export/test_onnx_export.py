@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -24,6 +25,7 @@ from resnet.export import onnx_runtime
 from resnet.export import tflite_export
 from resnet.export import tflite_report
 from tests.helpers import cli
+from tests.helpers import procs
 from tests.helpers import small_model
 
 SIZE = small_model.SIZE
@@ -31,6 +33,15 @@ SIZE = small_model.SIZE
 
 def test_the_quantization_kinds_are_the_params_choices():
   assert resnet_config.ONNX_QUANTIZATIONS == onnx_export.QUANTIZATIONS
+
+
+@pytest.mark.slow  # a new interpreter: tf2onnx's import changes the variable once a process
+def test_importing_tf2onnx_keeps_the_log_level_of_the_process():
+  code = ('import os; os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"; from resnet.export import onnx_export; '
+          'onnx_export.import_tf2onnx(); print(os.environ["TF_CPP_MIN_LOG_LEVEL"])')
+  out = subprocess.run([sys.executable, '-c', code], cwd=procs.ROOT, env=procs.base_env(), capture_output=True,
+                       text=True, timeout=120, check=True).stdout
+  assert out.strip().splitlines()[-1] == '1'
 
 
 def test_the_file_computes_what_the_weights_do_for_any_batch_in_the_opset_named():
