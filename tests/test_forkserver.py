@@ -3,6 +3,7 @@
 handlers, with TensorFlow imported and its runtime not started; and a new interpreter wherever it cannot."""
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -67,7 +68,16 @@ def test_other_commands_and_environments_start_a_new_interpreter(tmp_path, monke
   for proc in (other_env, asked, other):
     assert isinstance(proc.popen, subprocess.Popen)
   assert other.log().strip() == '1' and seen_asked['ppid'] == os.getpid()
-  assert seen_asked['hash'] != seen_forked['hash']  # a new interpreter draws its own hash seed
+  if os.environ.get('PYTHONHASHSEED', 'random') == 'random':  # a fixed seed is every interpreter's
+    assert seen_asked['hash'] != seen_forked['hash']  # a new interpreter draws its own hash seed
   monkeypatch.setenv(procs.NO_FORKSERVER, '1')
   fresh, seen = _run(tmp_path, 'fresh', 'exit:0')
   assert isinstance(fresh.popen, subprocess.Popen) and seen['ppid'] == os.getpid()
+
+
+def test_every_variable_main_dump_reads_may_differ_from_the_servers():
+  """Else the worker tests that set one would silently start new interpreters (slower, nothing else)."""
+  with open(os.path.join(procs.ROOT, 'tests', 'helpers', 'main_dump.py')) as f:
+    read = set(re.findall(r"os\.environ(?:\.get\(|\[)'([A-Z_]+)'", f.read()))
+  allowed = procs._READ_AT_RUN_TIME  # pylint: disable=protected-access
+  assert len(read) >= 8 and read <= allowed, read - allowed
