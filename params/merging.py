@@ -1,5 +1,5 @@
 """Merging: a run's params from what it is given, in order (the defaults, config files, overrides, then the fills
-that only files know), validated and locked. The program (``resnet/run_params.py``) gives it the files' contents,
+that only files know), validated and locked. The program (``resnet/run_setup/run_params.py``) gives it the files' contents,
 since ``params/`` reads none.
 """
 import contextlib
@@ -32,7 +32,7 @@ def make_params(overrides: Union[None, Source, Sequence[Labelled]] = None, *,
   ``overrides`` is one mapping or override string, or a sequence of them; any may be a ``(label, item)`` pair: its
   errors then start with the label (the CLI names its flag). An override string that names a file is read with
   ``read_file``.
-  Then each of ``fills`` in order: values only files know (the program's ``resnet/run_params.py`` reads
+  Then each of ``fills`` in order: values only files know (the program's ``resnet/run_setup/run_params.py`` reads
   ``summary.json``, a run's params.yaml and weight files; this package reads none; without fills the counts and the
   Variant params stay unset). Then ``validation.validate`` (each key's type, choices and checks; the rules between
   keys; ``validators``) raises ValueError naming every problem.

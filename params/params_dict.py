@@ -8,7 +8,7 @@ same public names for a flat table of params, and fixes its defects on purpose:
   not restriction strings to parse;
 - YAML is always read with one safe loader (``params_yaml``).
 
-It reads and writes no files (``resnet/params_files.py`` reads local and ``gs://`` paths, and writes
+It reads and writes no files (``resnet/run_dir/params_files.py`` reads local and ``gs://`` paths, and writes
 ``params.yaml`` atomically).
 """
 import collections.abc

@@ -14,8 +14,8 @@ from typing import Iterator, Tuple
 from absl import logging
 import tensorflow as tf
 
-from resnet import model_dir as model_dir_lib
-from resnet import run_lock
+from resnet.run_dir import model_dir as model_dir_lib
+from resnet.run_dir import run_lock
 from resnet.estimator import files
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.estimator import TrainingInterrupted

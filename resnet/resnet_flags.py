@@ -21,7 +21,7 @@ from absl import flags
 from params import params_dict
 from params import override_syntax
 from params import resnet_config
-from resnet import params_files
+from resnet.run_dir import params_files
 from params.resnet_config import PARAMS, RESNET_CFG
 
 CONFIG_DIR = resnet_config.CONFIG_DIR  # where --config_file looks up bare names
@@ -125,7 +125,7 @@ def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS,
   explicit = explicit_param_flags(flag_values)
   if explicit:
     overrides.append(('Flags', explicit))
-  from resnet import run_params  # pylint: disable=g-import-not-at-top; reads data and weights with TensorFlow
+  from resnet.run_setup import run_params  # pylint: disable=g-import-not-at-top; reads data and weights with TensorFlow
   # eval, predict and export take the model and its data from the finished run unless the user says otherwise.
   from_run = None
   if flag_values['mode'].value in ('eval', 'predict', 'export'):

@@ -31,13 +31,13 @@ from official_input import resnet_preprocessing
 from params import params_dict
 from params import params_yaml
 from params import resnet_config
-from resnet import checkpoint_fit
+from resnet.run_setup import checkpoint_fit
 from resnet import console
 from resnet import determinism
-from resnet import finished_run
-from resnet import model_dir as model_dir_lib
+from resnet.run_setup import finished_run
+from resnet.run_dir import model_dir as model_dir_lib
 from resnet import resnet_flags
-from resnet import run_lock
+from resnet.run_dir import run_lock
 from resnet import wiring
 from resnet.estimator import checkpoints as checkpoints_lib
 from resnet.estimator import distribution

@@ -11,9 +11,9 @@ from absl import logging
 from official_input import imagenet_input
 from official_input import resnet_preprocessing
 from params.params_dict import ParamsDict as Params
-from resnet import finished_run
-from resnet import model_dir as model_dir_lib
-from resnet import run_params
+from resnet.run_setup import finished_run
+from resnet.run_dir import model_dir as model_dir_lib
+from resnet.run_setup import run_params
 from resnet.estimator import best_checkpoint as best_checkpoint_lib
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.estimator import Estimator

@@ -123,7 +123,7 @@ LONGEST_FIRST = (
     'tests/tools/test_compare_keras_fit.py',             # 30
     'tests/resnet/training/test_distillation.py',        # 30
     'tests/resnet/weights/test_warm_start.py',           # 30
-    'tests/resnet/test_finished_run.py',                 # 25
+    'tests/resnet/run_setup/test_finished_run.py',       # 25
     'tests/resnet/test_bad_input.py',                    # 25
 )
 

@@ -23,7 +23,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from resnet import finished_run
+from resnet.run_setup import finished_run
 from resnet.estimator import checkpoints
 from resnet.estimator import files
 

@@ -116,7 +116,7 @@ def steps_per_epoch(batch_size: int, num_train_images: int) -> int:
 
 def read_config(config_file: str) -> Mapping[str, Any]:
   """The config's params on top of the defaults, validated: what resnet_main makes of ``--config_file`` alone."""
-  from resnet import run_params  # pylint: disable=g-import-not-at-top
+  from resnet.run_setup import run_params  # pylint: disable=g-import-not-at-top
   return run_params.make_params(config_files=[config_file], fill_from_data=False)
 
 

@@ -82,7 +82,7 @@ def _run(cmd):
 
 def run_seed(model_dir: str) -> Optional[int]:
   """The seed the training run used, from its own model_dir/params.yaml (flag or config, whichever won)."""
-  from resnet import params_files  # pylint: disable=g-import-not-at-top
+  from resnet.run_dir import params_files  # pylint: disable=g-import-not-at-top
   return params_files.read_params(os.path.join(model_dir, 'params.yaml')).as_dict().get('random_seed')
 
 

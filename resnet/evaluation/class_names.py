@@ -11,7 +11,7 @@ from absl import logging
 
 from official_input import dataset_info
 from params.params_dict import ParamsDict as Params
-from resnet import model_dir as model_dir_lib
+from resnet.run_dir import model_dir as model_dir_lib
 
 _said = set()
 

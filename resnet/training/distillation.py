@@ -22,7 +22,7 @@ import tensorflow as tf
 from params import architectures
 from params import resnet_config
 from params.model_config import ModelConfig
-from resnet import model_dir as model_dir_lib
+from resnet.run_dir import model_dir as model_dir_lib
 from resnet.model import resnet_model
 from resnet.weights import foreign_weights
 from resnet.weights import warm_start

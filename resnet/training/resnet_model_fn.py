@@ -20,7 +20,7 @@ import tensorflow as tf
 from official_input import resnet_preprocessing
 from params.model_config import ModelConfig
 from resnet.training import distillation
-from resnet.training import ema as ema_lib
+from resnet.weights import ema as ema_lib
 from resnet.training import fine_tuning
 from resnet.training import lr_schedules
 from resnet.training import mixing

@@ -12,7 +12,7 @@ Three sources are understood:
 What is copied: every model weight, BN moving statistics included (the reference's ``WarmStartSettings`` pitfall:
 trainable-only regexes lose them). Not copied: the global step and optimizer slots (``Momentum``). With
 ``use_moving_average=True`` the weights come from the moving averages instead: the ``ema`` object's shadows
-(resnet/training/ema.py) of a tf2 checkpoint, or ``<name>/ExponentialMovingAverage`` of a reference checkpoint.
+(resnet/weights/ema.py) of a tf2 checkpoint, or ``<name>/ExponentialMovingAverage`` of a reference checkpoint.
 
 All or nothing, except the classifier head: a backbone variable missing from the checkpoint or of another shape
 raises ``WarmStartMismatchError`` (naming the variables and both shapes) before anything is assigned, because a
@@ -46,7 +46,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from params import architectures
-from resnet.training import ema as ema_lib
+from resnet.weights import ema as ema_lib
 from resnet.weights import foreign_weights
 from resnet.model import tf1_names
 from resnet.estimator import checkpoints as checkpoints_lib
@@ -155,7 +155,7 @@ def _child(graph: trackable_object_graph_pb2.TrackableObjectGraph, node_id: int,
 
 
 def tf2_ema_keys(graph: trackable_object_graph_pb2.TrackableObjectGraph) -> Optional[Dict[str, str]]:
-  """Keras variable path -> checkpoint key of its shadow (resnet/training/ema.py), or None without an EMA object."""
+  """Keras variable path -> checkpoint key of its shadow (resnet/weights/ema.py), or None without an EMA object."""
   ema_node = _child(graph, 0, ema_lib.CHECKPOINT_NAME)
   shadows_node = _child(graph, ema_node, ema_lib.SHADOWS_ATTRIBUTE) if ema_node is not None else None
   if shadows_node is None:

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from params import params_dict
-from resnet import run_params
+from resnet.run_setup import run_params
 from resnet.training import resnet_model_fn
 from resnet.estimator.estimator import Estimator
 from resnet.estimator.run_config import RunConfig

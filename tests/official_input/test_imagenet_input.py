@@ -15,7 +15,7 @@ from official_input import imagenet_input as ii
 from official_input import resnet_preprocessing
 from official_input import shards
 from params import resnet_config
-from resnet import run_params
+from resnet.run_setup import run_params
 from resnet.estimator import spec
 from tools import make_fake_imagenet
 

@@ -306,7 +306,7 @@ def test_random_erasing_probability_seeds_and_the_stateful_path():
   assert _erased(unseeded, 7.0).any() and 0.0 <= unseeded.min() and unseeded.max() <= 255.0
   with pytest.raises(ValueError, match='random_erase_prob must be in'):
     rp.AugmentConfig(random_erase_prob=1.5)
-  from resnet import run_params  # pylint: disable=import-outside-toplevel
+  from resnet.run_setup import run_params  # pylint: disable=import-outside-toplevel
   params = run_params.make_params({'random_erase_prob': 0.25, 'model_dir': '/tmp/unused-run'})
   assert rp.AugmentConfig.from_params(params).random_erase_prob == 0.25   # the param reaches the pipeline
 

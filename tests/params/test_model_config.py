@@ -6,7 +6,7 @@ import pytest
 
 from params import resnet_config
 from params.model_config import ModelConfig
-from resnet import run_params
+from resnet.run_setup import run_params
 
 
 def test_a_new_model_option_is_a_row_a_field_and_its_use(monkeypatch):

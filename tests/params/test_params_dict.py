@@ -12,9 +12,9 @@ import yaml
 
 from params import override_syntax
 from params import params_yaml
-from resnet import params_files
+from resnet.run_dir import params_files
 from params.params_dict import ParamsDict
-from resnet import run_params
+from resnet.run_setup import run_params
 from params.resnet_config import RESNET_CFG
 from tests.helpers import procs
 

@@ -3,8 +3,8 @@ later value in silence)."""
 import pytest
 
 from params import params_yaml
-from resnet import params_files
-from resnet import run_params
+from resnet.run_dir import params_files
+from resnet.run_setup import run_params
 
 
 def test_a_key_set_twice_is_an_error_naming_the_key_and_both_lines():

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from official_input import example_schema
 from official_input import imagenet_input
-from resnet import run_params
+from resnet.run_setup import run_params
 from tests.helpers import cli
 
 pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures

@@ -6,10 +6,10 @@ from absl import flags
 import pytest
 
 from params import params_dict as pd
-from resnet import params_files
+from resnet.run_dir import params_files
 from params import merging
 from params import resnet_config
-from resnet import run_params
+from resnet.run_setup import run_params
 from params.resnet_config import RESNET_CFG
 from params import architectures
 from resnet import resnet_flags as rf
@@ -393,7 +393,7 @@ def test_params_load_without_tensorflow():
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
   code = ('import sys; from params import merging; from resnet import resnet_flags; '
-          "from resnet import params_files; merging.make_params(configs=[('demo', params_files.read_params("
+          "from resnet.run_dir import params_files; merging.make_params(configs=[('demo', params_files.read_params("
           "params_files.resolve_config_file('demo')).as_dict())]); print('tensorflow' in sys.modules)")
   out = subprocess.run([sys.executable, '-c', code], cwd=procs.ROOT,
                        capture_output=True, text=True, timeout=120, check=True).stdout

@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from tests.helpers import cli
 from tests.helpers import tiny
-from resnet import params_files
-from resnet import run_params
+from resnet.run_dir import params_files
+from resnet.run_setup import run_params
 from tests.helpers import procs
 
 pytestmark = pytest.mark.slow  # end to end: whole runs, processes or their shared fixtures

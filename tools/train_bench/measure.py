@@ -16,7 +16,7 @@ def base_params(cfg: BenchConfig, precision: str, data_dir: Optional[str] = None
                 **overrides: Any) -> Mapping[str, Any]:
   """The params a production run of this shape would use (validated and locked, as the CLI makes them)."""
   from params import resnet_config  # pylint: disable=g-import-not-at-top
-  from resnet import run_params
+  from resnet.run_setup import run_params
   shape = dict(resnet_config.IMAGENET_COUNTS, resnet_depth=cfg.resnet_depth, image_size=cfg.image_size,
                num_label_classes=cfg.num_classes, precision=precision, train_batch_size=cfg.batch_size,
                data_dir=data_dir, random_seed=cfg.seed, strategy='one_device', iterations_per_loop=cfg.steps)

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from official_input import resnet_preprocessing
-from resnet import run_params
+from resnet.run_setup import run_params
 from resnet.training import resnet_model_fn
 from resnet.estimator import best_checkpoint
 from resnet.estimator.estimator import Estimator

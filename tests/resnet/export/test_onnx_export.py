@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from params import resnet_config
-from resnet import run_params
+from resnet.run_setup import run_params
 from resnet.estimator import files
 from resnet.export import exporting
 from resnet.export import litert_runtime

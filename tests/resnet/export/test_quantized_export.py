@@ -186,7 +186,7 @@ def test_without_ai_edge_litert_the_check_falls_back_to_tensorflow_and_says_so(m
 
 @pytest.mark.slow
 def test_the_measured_images_are_spread_over_the_split(tmp_path):
-  from resnet import run_params  # pylint: disable=import-outside-toplevel
+  from resnet.run_setup import run_params  # pylint: disable=import-outside-toplevel
   from resnet.export import host_images  # pylint: disable=import-outside-toplevel
   data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'), num_train=8, num_validation=16)
   (tmp_path / 'data' / 'summary.json').write_text(json.dumps({'splits': {'validation': {'images': 16}}}))

@@ -10,7 +10,7 @@ import pytest
 from safetensors import numpy as safetensors_numpy
 import tensorflow as tf
 
-from resnet import model_dir as model_dir_lib
+from resnet.run_dir import model_dir as model_dir_lib
 from resnet.model import tf1_names
 from resnet.training import distillation
 from resnet.training import mixing

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from safetensors import numpy as safetensors_numpy
 
-from resnet import params_files
+from resnet.run_dir import params_files
 from resnet.training import fine_tuning
 from resnet.training import resnet_model_fn
 from tests.fixtures.torchvision_parity import weights as tv

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import run_params
+from resnet.run_setup import run_params
 from resnet.training import lr_schedules
 from resnet.training import optimizers
 

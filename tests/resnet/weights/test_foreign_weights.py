@@ -20,8 +20,8 @@ import tensorflow as tf
 from keras.src.legacy.saving import legacy_h5_format
 from safetensors import numpy as safetensors_numpy
 
-from resnet import params_files
-from resnet import run_params
+from resnet.run_dir import params_files
+from resnet.run_setup import run_params
 from resnet.weights import foreign_weights as fw
 from resnet.training import resnet_model_fn
 from resnet.weights import warm_start as ws

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet import run_params
-from resnet.training import ema as ema_lib
+from resnet.run_setup import run_params
+from resnet.weights import ema as ema_lib
 from resnet.model import plan
 from resnet.model import tf1_names
 from resnet.training import resnet_model_fn

@@ -19,7 +19,7 @@ from absl import logging
 import tensorflow as tf
 
 from params import params_yaml
-from resnet import params_files
+from resnet.run_dir import params_files
 from params import resnet_config
 from params import architectures
 from resnet.estimator import checkpoints

@@ -20,7 +20,7 @@ from absl import logging
 from official_input import dataset_info
 from params import merging
 from params import resnet_config
-from resnet import model_dir as model_dir_lib
+from resnet.run_dir import model_dir as model_dir_lib
 from resnet.estimator import checkpoints
 from resnet.estimator import files
 

@@ -1,10 +1,10 @@
-"""Moving averages of the weights (resnet/training/ema.py): decay schedule, updates, distribution, checkpoints, swapping."""
+"""Moving averages of the weights (resnet/weights/ema.py): decay schedule, updates, distribution, checkpoints, swapping."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet.training import ema as ema_lib
+from resnet.weights import ema as ema_lib
 from tests.helpers import tiny
 
 

@@ -20,9 +20,9 @@ from params import params_dict
 from params import merging
 from params import model_config
 from params import resnet_config
-from resnet import finished_run
-from resnet import model_dir as model_dir_lib
-from resnet import params_files
+from resnet.run_setup import finished_run
+from resnet.run_dir import model_dir as model_dir_lib
+from resnet.run_dir import params_files
 from resnet.estimator import checkpoints
 from resnet.estimator import files
 from resnet.training import mixing

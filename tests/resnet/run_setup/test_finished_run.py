@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 from params import resnet_config
-from resnet import finished_run
-from resnet import run_params
+from resnet.run_setup import finished_run
+from resnet.run_setup import run_params
 from tests.helpers import cli
 from tests.helpers import tiny
 

@@ -1,11 +1,11 @@
-"""The run's params from files (resnet/run_params.py): balanced class weights from summary.json, the rules on
+"""The run's params from files (resnet/run_setup/run_params.py): balanced class weights from summary.json, the rules on
 class weights, the advice for small data trained with the ImageNet recipe."""
 import json
 
 import pytest
 
 from official_input import dataset_info
-from resnet import run_params
+from resnet.run_setup import run_params
 
 
 def _summary(tmp_path, per_class):

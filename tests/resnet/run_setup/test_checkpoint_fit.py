@@ -1,8 +1,8 @@
-"""resnet/checkpoint_fit.py: a checkpoint is checked against the model these params build before the restore."""
+"""resnet/run_setup/checkpoint_fit.py: a checkpoint is checked against the model these params build before the restore."""
 import pytest
 import tensorflow as tf
 
-from resnet import checkpoint_fit
+from resnet.run_setup import checkpoint_fit
 from tests.helpers import tiny
 
 

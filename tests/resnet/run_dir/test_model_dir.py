@@ -1,10 +1,10 @@
-"""A model_dir holds one run (resnet/model_dir.py): another model is refused before anything is written, a change of\nother params keeps the earlier params as history, a damaged params.yaml is kept and warned about."""
+"""A model_dir holds one run (resnet/run_dir/model_dir.py): another model is refused before anything is written, a change of\nother params keeps the earlier params as history, a damaged params.yaml is kept and warned about."""
 import os
 import shutil
 
 import pytest
 
-from resnet import model_dir as model_dir_lib
+from resnet.run_dir import model_dir as model_dir_lib
 from tests.helpers import cli
 from tests.helpers import procs
 from tests.helpers import tiny

@@ -20,7 +20,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 from params import architectures
 from params import resnet_config
 from params.model_config import ModelConfig
-from resnet import model_dir as model_dir_lib
+from resnet.run_dir import model_dir as model_dir_lib
 from resnet.estimator import checkpoints
 from resnet.model import plan
 from resnet.training import resnet_model_fn

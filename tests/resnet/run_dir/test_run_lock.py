@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from resnet import run_lock
+from resnet.run_dir import run_lock
 from tests.helpers import cli
 from tests.helpers import procs
 
 HOLD = ('import sys, time\n'
-        'from resnet import run_lock\n'
+        'from resnet.run_dir import run_lock\n'
         'with run_lock.training_lock(sys.argv[1]):\n'
         '  print("HELD", flush=True)\n'
         '  time.sleep(600)\n')
