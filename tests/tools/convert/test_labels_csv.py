@@ -1,16 +1,16 @@
-"""A labels CSV as the converter's input (tools/labels_csv.py, imagenet_to_gcs --labels_csv): the rows' files,
-labels and splits, every bad row named before anything is written, and the same records as class folders."""
+"""A labels CSV as the converter's input (tools/convert/labels_csv.py, imagenet_to_gcs --labels_csv): the rows'
+files, labels and splits, every bad row named before anything is written, and the same records as class folders."""
 import csv
 import json
 import os
 
 import numpy as np
 import pytest
-from absl import flags
 from PIL import Image
 
-from tools import imagenet_to_gcs as conv
-from tools import labels_csv
+from tools.convert import labels_csv
+from tools.convert import summary as summary_lib
+from tools.convert.conversion import convert_dataset
 
 
 def _image(path: str, seed: int) -> str:
@@ -37,7 +37,7 @@ def _flat(root, n: int = 12, classes=('cat', 'dog', 'owl')):
 
 
 def _convert(raw, out, csv_path, **kw):
-  return conv.convert_dataset(raw, str(out), num_workers=1, labels_csv_path=csv_path, **kw)
+  return convert_dataset(raw, str(out), num_workers=1, labels_csv_path=csv_path, **kw)
 
 
 def test_a_csv_of_names_without_extension_converts_with_its_labels_split_per_class(tmp_path):
@@ -83,7 +83,7 @@ def test_a_csv_naming_class_folder_files_makes_the_same_records_as_the_folders(t
     for i in range(5):
       _image(os.path.join(raw, name, f'{name}_{i}.jpg'), 10 * c + i)
       rows.append((f'{name}/{name}_{i}.jpg', name))
-  by_folder = conv.convert_dataset(str(raw), str(tmp_path / 'a'), num_workers=1, seed=3)
+  by_folder = convert_dataset(str(raw), str(tmp_path / 'a'), num_workers=1, seed=3)
   by_csv = _convert(str(raw), tmp_path / 'b', _csv(tmp_path / 'labels.csv', rows), seed=3)
   assert by_folder['shards'] and by_folder['shards'] == by_csv['shards']  # names, record counts, bytes, SHA-256
   assert by_folder['labels'] == by_csv['labels']
@@ -137,22 +137,6 @@ def test_a_label_column_of_unique_values_is_refused_unless_allowed(tmp_path):
     _convert(raw, tmp_path / 'out', path, max_classes=5)
   summary = _convert(raw, tmp_path / 'out', path, max_classes=20)
   assert summary['num_classes'] == 20
-
-
-def test_the_cli_reads_the_csv_flags_and_refuses_them_without_a_csv(tmp_path):
-  raw, rows = _flat(tmp_path / 'images', n=6)
-  path = _csv(tmp_path / 'labels.csv', [(label, name) for name, label in rows], header=('tags', 'image_name'))
-  fv = flags.FlagValues()
-  conv.define_flags(fv)
-  fv(['convert', f'--raw_data_dir={raw}', f'--local_scratch_dir={tmp_path / "out"}', '--num_workers=1',
-      f'--labels_csv={path}', '--csv_path_column=image_name', '--csv_label_column=tags'])
-  conv.main(['convert'], fv)
-  with open(tmp_path / 'out' / 'summary.json') as f:
-    assert json.load(f)['labels'] == {'cat': 1, 'dog': 2, 'owl': 3}
-  fv.unparse_flags()
-  fv(['convert', f'--raw_data_dir={raw}', f'--local_scratch_dir={tmp_path / "out2"}', '--csv_label_column=tags'])
-  with pytest.raises(Exception, match='--csv_label_column describe a labels CSV: give it with --labels_csv=FILE'):
-    conv.main(['convert'], fv)
 
 
 def test_a_split_column_between_path_and_label_is_not_taken_for_the_labels(tmp_path):
@@ -226,7 +210,7 @@ def test_a_multi_label_csv_converts_with_label_lists_negatives_and_stratified_sp
              for shard in splits[s]['shards'] for labels in _record_labels(str(tmp_path / 'out' / shard))]
   expected = sorted(tuple(sorted(summary['labels'][t] for t in tags.split())) for _, tags in rows)
   assert sorted(tuple(sorted(labels)) for labels in written) == expected   # every image's labels, negatives empty
-  table = conv.format_summary(summary)
+  table = summary_lib.format_summary(summary)
   assert 'multi-label: an image counts under each of its labels' in table
   assert [line.split() for line in table.splitlines() if line.strip().startswith(('no label', 'images'))] == [
       ['no', 'label', str(splits['train']['negatives']), str(splits['validation']['negatives']),
@@ -252,18 +236,6 @@ def test_json_lines_of_the_same_rows_write_the_same_shards_as_the_csv(tmp_path):
   with pytest.raises(ValueError, match=r'2 lines are not JSON objects .*line 2 \(a list, not an object\); line 3'):
     _convert(raw, tmp_path / 'c', str(tmp_path / 'bad.jsonl'))
   assert not (tmp_path / 'c').exists() or not os.listdir(tmp_path / 'c')
-
-
-def test_iterative_stratification_deals_rare_labels_to_every_split_by_the_ratios():
-  from tools import stratify  # pylint: disable=import-outside-toplevel
-  examples = [(f'a{i}', ('common',) + (('rare',) if i < 10 else ())) for i in range(100)]
-  examples += [(f'n{i}', ()) for i in range(20)]
-  splits = stratify.iterative_split(examples, (0.8, 0.1, 0.1), seed=3)
-  assert [len(s) for s in splits] == [96, 12, 12]
-  assert [sum(k in {f'a{i}' for i in range(10)} for k in s) for s in splits] == [8, 1, 1]
-  assert sorted(k for s in splits for k in s) == sorted(k for k, _ in examples)   # each example once
-  assert stratify.iterative_split(examples, (0.8, 0.1, 0.1), seed=3) == splits     # the seed decides
-  assert stratify.iterative_split(examples, (0.8, 0.1, 0.1), seed=4) != splits
 
 
 def test_csv_multi_label_keeps_negatives_where_no_row_has_several_labels(tmp_path):
