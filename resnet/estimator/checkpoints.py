@@ -83,7 +83,7 @@ def latest(directory: str) -> Optional[str]:
   raise IncompleteCheckpoints(
       f'{directory} has checkpoint files but no complete checkpoint: {", ".join(_describe(p) for p in skipped)}. '
       f'Nothing was started over them. Restore the missing files; or, to start this run again from step 0 (its '
-      f'training is then lost), move its checkpoint files and the "checkpoint" file away; or use a new --model_dir.')
+      f'training is then lost), move its checkpoint files and the "checkpoint" file away; or use a new model_dir.')
 
 
 def _describe(path: str) -> str:

@@ -196,7 +196,9 @@ def _top_input_ops(tables: Sequence[Dict[str, Any]], limit: int = 3) -> Tuple[Tu
 
 
 def verdict(input_percent: float, breakdown_percent: Dict[str, float]) -> str:
-  """One line: is the run input-bound, and what to try first."""
+  """One line: is the run input-bound, and what to try first. A pure function of the measured shares (the
+  report's ``input_percent`` and ``breakdown_percent``): input-bound from HIGHLY_INPUT_BOUND_PERCENT up, moderately
+  from MODERATELY_INPUT_BOUND_PERCENT up, else not, naming the largest other category."""
   if input_percent >= HIGHLY_INPUT_BOUND_PERCENT:
     return (f'input-bound: {input_percent:.1f}% of step time waits on input - first try: input_pipeline=optimized, '
             'num_parallel_calls=-1 (AUTOTUNE), use_cache=true if the data fits in RAM')
@@ -241,7 +243,7 @@ def analyze_profile(path: str, run: Optional[str] = None, keep_cache: bool = Fal
       run_dir=run_dir, xplane_files=tuple(files), num_steps=len(steps), step_time_ms=mean,
       step_time_stddev_ms=std, input_percent=input_percent, breakdown_percent=shown,
       hardware_type=str(props.get('hardware_type', '')), xprof_conclusion=conclusion,
-      top_input_ops=_top_input_ops(tables), verdict=verdict(input_percent, breakdown))
+      top_input_ops=_top_input_ops(tables), verdict=verdict(input_percent, shown))
 
 
 analyze = analyze_profile  # short alias (resnet_main calls profile_analysis.analyze)

@@ -1,6 +1,12 @@
 """Checkpoints in model_dir (estimator/checkpoints.py): resume from the newest complete one, saying so, never over
 existing ones from step 0; a failed save keeps the last complete one."""
 
+import ast
+import glob
+import os
+import re
+from typing import List
+
 import pytest
 import tensorflow as tf
 
@@ -59,6 +65,7 @@ def test_checkpoint_files_without_a_complete_checkpoint_stop_the_run_naming_them
     resumed.train(train_input, max_steps=6)
   assert 'model.ckpt-4 (no model.ckpt-4.index), model.ckpt-2 (no model.ckpt-2.index)' in str(error.value)
   assert 'Nothing was started over them' in str(error.value)
+  assert 'or use a new model_dir.' in str(error.value) and '--' not in str(error.value)  # no application flag
   assert sorted(p.name for p in tmp_path.iterdir()) == before   # nothing written over them
 
 
@@ -68,3 +75,48 @@ def test_a_checkpoint_whose_data_file_is_gone_is_not_the_newest_complete_one(tmp
   (tmp_path / 'model.ckpt-4.data-00000-of-00001').unlink()
   resumed = make_runner(tmp_path, iterations_per_loop=2, save_checkpoints_steps=2, keep_checkpoint_max=5)
   assert resumed.latest_checkpoint() == str(tmp_path / 'model.ckpt-2')
+
+
+# The runner is model-agnostic: it knows no application flag, so no message of resnet/estimator names one (an
+# application that wants its flag named re-raises with its own words, as resnet_main does for the TPU's flags).
+# Another program's command line is no application flag: TensorBoard's, which profiler_hook's log line gives.
+_FLAG = re.compile(r'(?<![\w-])--[A-Za-z][\w-]*')
+_OTHER_PROGRAMS = ('tensorboard --logdir',)
+_RUNNER = os.path.dirname(checkpoints.__file__)
+
+
+def flags_named_in(source: str) -> List[str]:
+  """The ``--flag`` names in the string literals (f-strings' literal parts and docstrings included) of source."""
+  found = []
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+      text = node.value
+      for command in _OTHER_PROGRAMS:
+        text = text.replace(command, '')
+      found += _FLAG.findall(text)
+  return found
+
+
+def test_flag_check_sees_a_flag_in_a_message_and_passes_other_programs_and_code():
+  source = ('''raise ValueError(f'{d} is taken; or use a new --model_dir.')\n'''
+            '''logging.info('view: tensorboard --logdir %s', d)\n'''
+            '''x = y -- z  # --not_a_literal\n'''
+            '''def f():\n  """Set --param_overrides=a=1."""\n''')
+  assert sorted(flags_named_in(source)) == ['--model_dir', '--param_overrides']
+  with open(os.path.join(_RUNNER, 'checkpoints.py'), encoding='utf-8') as f:
+    runner_source = f.read()
+  assert 'or use a new model_dir.' in runner_source
+  assert flags_named_in(runner_source.replace('or use a new model_dir.', 'or use a new --model_dir.')) == [
+      '--model_dir']  # the message as it was
+
+
+def test_runner_messages_name_no_application_flag():
+  sources = sorted(glob.glob(os.path.join(_RUNNER, '*.py')))
+  assert os.path.join(_RUNNER, 'checkpoints.py') in sources and len(sources) > 5
+  named = {}
+  for path in sources:
+    with open(path, encoding='utf-8') as f:
+      flags = flags_named_in(f.read())
+    if flags:
+      named[os.path.basename(path)] = flags
+  assert not named, f'resnet/estimator names application flags (say the RunConfig/params field instead): {named}'
