@@ -309,26 +309,29 @@ PARAMS: Tuple[Param, ...] = (
       'SavedModel.', modes=EXPORTING),
     P('tflite_quantizations', [], 'Also write quantized .tflite files (model.tflite too): any of float16, '
       'dynamic_int8 (int8 weights), int8 (full integer, calibrated on training images). Each is measured on '
-      'validation images against the SavedModel (tflite_report.txt) and refused below tflite_min_agreement.', list,
+      'validation images against the SavedModel (tflite_report.txt) and refused below deploy_min_agreement.', list,
       modes=EXPORTING, items=P('quantization', '', '', str, choices=TFLITE_QUANTIZATIONS)),
-    P('tflite_calibration_images', 300, 'int8 (.tflite and .onnx): training images (eval preprocessing) that '
-      'calibrate activations.', checks=('> 0',), modes=EXPORTING),
-    P('tflite_int8_io', False, 'int8: int8 input and output tensors (the Edge TPU compiler needs them).',
+    P('tflite_int8_io', False, 'int8 .tflite: int8 input and output tensors (the Edge TPU compiler needs them).',
       modes=EXPORTING),
-    P('tflite_float_fallback', False, 'int8: ops without an int8 kernel run in float (else such a model is '
+    P('tflite_float_fallback', False, 'int8 .tflite: ops without an int8 kernel run in float (else such a model is '
       'refused); not for the Edge TPU.', modes=EXPORTING),
-    P('tflite_eval_images', 500, 'Validation images each .tflite and .onnx file is measured on (top-1, agreement, '
-      'latency).', checks=('> 0',), modes=EXPORTING),
-    P('tflite_min_agreement', 0.9, 'A quantized .tflite or .onnx whose top-1 agrees with the SavedModel\'s on fewer '
-      'of those images is not written, and the export fails.', float, checks=('>= 0', '<= 1'), modes=EXPORTING),
     P('export_onnx', False, 'Also write model.onnx (float32; images [batch, S, S, 3] 0..255 in, probabilities and '
       'classes out) into the export, checked with ONNX Runtime against the SavedModel and measured on the run\'s '
       'validation images (onnx_report.txt). Needs pip install -e ".[onnx]".', modes=EXPORTING),
     P('onnx_quantizations', [], 'Also write quantized .onnx files (model.onnx too): float16 (for GPUs), int8 '
       '(static, calibrated on training images); each measured like the .tflite files and refused below '
-      'tflite_min_agreement.', list, modes=EXPORTING,
+      'deploy_min_agreement.', list, modes=EXPORTING,
       items=P('quantization', '', '', str, choices=ONNX_QUANTIZATIONS)),
     P('onnx_opset', 17, 'ONNX opset of the exported files.', checks=('>= 13', '<= 18'), modes=EXPORTING),
+    # The deployed files of either format (.tflite, .onnx): calibrated and measured alike.
+    P('deploy_calibration_images', 300, 'int8 .tflite and .onnx files: training images (eval preprocessing) that '
+      'calibrate activations (formerly tflite_calibration_images, still accepted).', checks=('> 0',),
+      modes=EXPORTING),
+    P('deploy_eval_images', 500, 'Validation images each .tflite and .onnx file is measured on (score, agreement '
+      'with the SavedModel, latency; formerly tflite_eval_images, still accepted).', checks=('> 0',), modes=EXPORTING),
+    P('deploy_min_agreement', 0.9, 'A quantized .tflite or .onnx file whose answers (top-1; multi-label: positive '
+      'labels) agree with the SavedModel\'s on a smaller share of those images is not written, and the export '
+      'fails (formerly tflite_min_agreement, still accepted).', float, checks=('>= 0', '<= 1'), modes=EXPORTING),
     P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).',
       modes=EXPORTING),
     P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list, modes=EXPORTING,
@@ -354,8 +357,14 @@ PARAMS: Tuple[Param, ...] = (
 
 PARAMS_BY_NAME: Dict[str, Param] = {p.name: p for p in PARAMS}
 RESNET_CFG: Dict[str, Any] = {p.name: p.default for p in PARAMS}
-# The reference's names of renamed params -> ours. Accepted as flags and in every override and config file.
-ALIASES: Dict[str, str] = {'skip_host_call': 'skip_train_summaries', 'tpu_profile_duration': 'profile_duration_ms'}
+# Old names of renamed params (the reference's, and ours) -> the names. Accepted as flags, in every override and
+# config file, and in a run's params.yaml.
+ALIASES: Dict[str, str] = {
+    'skip_host_call': 'skip_train_summaries', 'tpu_profile_duration': 'profile_duration_ms',
+    # Ours, renamed when the .onnx files came to share them (a run's params.yaml may hold them).
+    'tflite_calibration_images': 'deploy_calibration_images', 'tflite_eval_images': 'deploy_eval_images',
+    'tflite_min_agreement': 'deploy_min_agreement',
+}
 # Params whose change makes a checkpoint of model_dir unusable: compared against model_dir/params.yaml.
 MODEL_PARAMS: Tuple[str, ...] = tuple(p.name for p in PARAMS if p.model)
 

@@ -7,7 +7,8 @@ measured files need the run's images, which are read before anything is written,
 export with nothing half-written.
 """
 import contextlib
-from typing import Any, Callable, Mapping, Optional, Sequence
+import functools
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -16,8 +17,8 @@ from official_input import resnet_preprocessing
 from params import resnet_config
 from resnet.estimator import best_checkpoint as best_checkpoint_lib
 from resnet.estimator.estimator import Estimator
-from resnet.evaluation import multi_label_report
 from resnet.export import onnx_runtime
+from resnet.task import tasks
 from resnet.training import resnet_model_fn
 
 
@@ -42,31 +43,31 @@ def export(estimator: Estimator, params: Mapping[str, Any],
     return None
   checkpoint = best_checkpoint_path(params, best) if params['export_best'] else None  # the same files on every worker
   estimator.load_for_export(checkpoint)
-  thresholds = multi_label_report.use_decision_thresholds(estimator, params, checkpoint, best=checkpoint is not None,
-                                                          averaged=params['export_moving_average'], single_view=True)
-  return estimator.on_chief(lambda: _export(estimator, params, checkpoint, thresholds),
+  task = tasks.for_params(params)   # the export serves one view (tta is the model_fn's)
+  decisions = task.decisions(estimator, checkpoint, best=checkpoint is not None,
+                             averaged=params['export_moving_average'], single_view=True)
+  return estimator.on_chief(lambda: _export(estimator, params, checkpoint, decisions),
                             f'export to {params["export_dir"]}')
 
 
-def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optional[str],
-            thresholds: Optional[Sequence[float]]) -> str:
-  from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
+def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optional[str], decisions: Any) -> str:
+  task = tasks.for_params(params)
   weights = resnet_model_fn.averaged_weights(estimator.scope) if params['export_moving_average'] else None
-  outputs = tflite_report.Outputs(None if thresholds is None else tuple(thresholds))
-  measured = measured_images(params)  # the run's images read first: a missing split writes nothing
-  quantized, onnx = quantized_exports(params, measured), onnx_exports(params, measured, outputs)
+
+  def predictions(logits):  # what the SavedModel outputs, and the .onnx too
+    return task.predictions(logits, estimator.scope)
+  # The run's images are read first: a missing split writes nothing.
+  formats = deployed_formats(params, measured_images(params), predictions)
   path = estimator.export_saved_model(params['export_dir'], resnet_model_fn.serving_inputs(params),
                                       checkpoint_path=checkpoint, assets_extra_fn=warmup_requests(params),
                                       weights=weights)
   print(f'Exported SavedModel: {path} ({params["precision"]})')
-  if thresholds is not None:
-    from resnet.evaluation import class_names  # pylint: disable=g-import-not-at-top
-    logging.info('Multi-label thresholds for apps: %s', multi_label_report.write_export_thresholds(
-        path, thresholds, class_names.read_class_names(params)))
-  if params['export_tflite'] or params['tflite_quantizations']:
-    export_tflite(estimator, params, path, weights, quantized, outputs)
-  if onnx is not None:
-    export_onnx(estimator, params, path, weights, onnx)
+  from resnet.evaluation import class_names  # pylint: disable=g-import-not-at-top
+  records = task.write_export_records(path, decisions, class_names.read_class_names(params))
+  if records:
+    logging.info('For apps, to decide as predict does: %s', records)
+  if formats:
+    export_deployed(estimator, params, path, weights, formats, task.answers(decisions))
   return path
 
 
@@ -111,67 +112,55 @@ def measured_images(params: Mapping[str, Any]):
   onnx = (params['export_onnx'] or params['onnx_quantizations']) and not dataset_info.is_synthetic(params['data_dir'])
   if not (params['tflite_quantizations'] or onnx):
     return None
-  images, labels = host_images.host_images(params, 'validation', params['tflite_eval_images'])
+  images, labels = host_images.host_images(params, 'validation', params['deploy_eval_images'])
   int8 = 'int8' in params['tflite_quantizations'] or 'int8' in params['onnx_quantizations']
-  calibration = host_images.host_images(params, 'train', params['tflite_calibration_images'])[0] if int8 else None
+  calibration = host_images.host_images(params, 'train', params['deploy_calibration_images'])[0] if int8 else None
   return images, labels, calibration
 
 
-def quantized_exports(params: Mapping[str, Any], measured):
-  """What the quantized .tflite files need (None without tflite_quantizations); ``measured``: measured_images."""
-  if not params['tflite_quantizations']:
-    return None
-  from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
-  images, labels, calibration = measured
-  return tflite_export.QuantizedExports(params['tflite_quantizations'],
-                                        calibration if 'int8' in params['tflite_quantizations'] else None, images,
-                                        labels, params['tflite_min_agreement'], params['tflite_int8_io'],
-                                        params['tflite_float_fallback'])
+def deployed_formats(params: Mapping[str, Any], measured,
+                     predictions: Optional[Callable[[tf.Tensor], Any]] = None) -> List[Tuple[Callable[..., Any], Any]]:
+  """(format, measuring) for each deployed format the params ask for: the format's class with its own options
+  (``deploy.DeployFormat``; it takes the float32 model, the image size and the answers), and what its files are
+  measured on (``deploy.Measuring``), None for files that are checked but not measured: a .tflite without
+  tflite_quantizations, an .onnx of a run without records. ``measured``: measured_images; ``predictions``: what the
+  SavedModel outputs for logits (the task's), which the .onnx outputs too."""
+  from resnet.export import deploy  # pylint: disable=g-import-not-at-top
+  formats = []
+
+  def measuring(kinds):
+    images, labels, calibration = measured
+    return deploy.Measuring(images, labels, kinds, calibration if 'int8' in kinds else None,
+                            params['deploy_min_agreement'])
+
+  if params['export_tflite'] or params['tflite_quantizations']:
+    from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
+    kinds = params['tflite_quantizations']
+    formats.append((functools.partial(tflite_export.TfliteFormat, int8_io=params['tflite_int8_io'],
+                                      float_fallback=params['tflite_float_fallback']),
+                    measuring(kinds) if kinds else None))
+  if params['export_onnx'] or params['onnx_quantizations']:
+    from resnet.export import onnx_export  # pylint: disable=g-import-not-at-top
+    if measured is None:  # params validation refuses quantized files without records: the float32 file only
+      logging.warning('export_onnx: this run has no records (data_dir unset), so model.onnx is checked against its '
+                      'weights and the SavedModel on random images but not measured on validation images (no '
+                      'onnx_report.txt).')
+    formats.append((functools.partial(onnx_export.OnnxFormat, opset=params['onnx_opset'], predictions=predictions),
+                    None if measured is None else measuring(params['onnx_quantizations'])))
+  return formats
 
 
-def onnx_exports(params: Mapping[str, Any], measured, outputs):
-  """What the .onnx files need (None without export_onnx or onnx_quantizations); ``measured``: measured_images,
-  None for a run without records, whose model.onnx is checked against its weights but not measured; ``outputs``:
-  what they output (tflite_report.Outputs)."""
-  if not (params['export_onnx'] or params['onnx_quantizations']):
-    return None
-  from resnet.export import onnx_export  # pylint: disable=g-import-not-at-top
-  if measured is None:  # validation refuses quantizations without records: the float32 file only
-    logging.warning('export_onnx: this run has no records (data_dir unset), so model.onnx is checked against its '
-                    'weights and the SavedModel on random images but not measured on validation images (no '
-                    'onnx_report.txt).')
-    return onnx_export.OnnxExports(params['onnx_opset'], outputs=outputs)
-  images, labels, calibration = measured
-  kinds = params['onnx_quantizations']
-  return onnx_export.OnnxExports(params['onnx_opset'], kinds, calibration if 'int8' in kinds else None, images, labels,
-                                 params['tflite_min_agreement'], outputs)
-
-
-def export_onnx(estimator: Estimator, params: Mapping[str, Any], saved_model_dir: str, weights, onnx) -> None:
-  """model.onnx, then the quantized .onnx files, each run by ONNX Runtime before it is written."""
-  from resnet.export import onnx_export  # pylint: disable=g-import-not-at-top
-  from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
-  from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
+def export_deployed(estimator: Estimator, params: Mapping[str, Any], saved_model_dir: str, weights, formats,
+                    answers) -> None:
+  """The deployed files of each format (``deployed_formats``), from one float32 copy of the exported weights, each
+  checked, measured and written or refused by ``deploy.export``; what was written printed with its table.
+  ``answers``: how the files' probabilities are decided, scored and compared (the task's)."""
+  from resnet.export import deploy  # pylint: disable=g-import-not-at-top
   with (weights() if weights else contextlib.nullcontext()):
-    copy = tflite_export.float32_copy(estimator.scope.get(resnet_model_fn.MODEL),
-                                      lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}))
-  rows = onnx_export.export_onnx(saved_model_dir, copy, resnet_preprocessing.image_size(params, training=False),
-                                 params['precision'], onnx)
-  if rows:
-    print(tflite_report.table(rows, len(onnx.images)), end='')
-
-
-def export_tflite(estimator: Estimator, params: Mapping[str, Any], saved_model_dir: str, weights, quantized,
-                  outputs) -> None:
-  """model.tflite, then the quantized files, each measured on the run's own validation images."""
-  from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top
-  from resnet.export import tflite_report  # pylint: disable=g-import-not-at-top
-  report = tflite_export.export_tflite(
-      saved_model_dir, estimator.scope.get(resnet_model_fn.MODEL),
-      lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}),
-      resnet_preprocessing.image_size(params, training=False), params['precision'], weights, quantized, outputs)
-  print(f'Exported TFLite: {report.path} ({report.bytes / 1e6:.1f} MB, {report.ops} ops; max |probability '
-        f'difference| {report.max_difference:.2g} vs its float32 weights, {report.saved_model_difference:.2g} vs '
-        f'the SavedModel)')
-  if report.measured:
-    print(tflite_report.table(report.measured, len(quantized.images)), end='')
+    copy = deploy.float32_copy(estimator.scope.get(resnet_model_fn.MODEL),
+                               lambda: resnet_model_fn.build_model({**params, 'precision': 'float32'}))
+  image_size = resnet_preprocessing.image_size(params, training=False)
+  for make_format, measuring in formats:
+    report = deploy.export(make_format(copy, image_size, answers), saved_model_dir, params['precision'], measuring)
+    print(report.summary())
+    print(report.table, end='')

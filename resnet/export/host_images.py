@@ -19,14 +19,12 @@ class NoImagesError(ValueError):
 
 def host_images(params: Mapping[str, Any], split: str, count: int) -> Tuple[np.ndarray, np.ndarray]:
   """Up to ``count`` images [N, S, S, 3] float32 0..255 of ``split`` (eval preprocessing) and their model class
-  ids (multi-label: multi-hot rows [N, K]), spread over the records the split's pass reads (the first ``num_eval_images`` of the validation split when it
-  is set; converted splits are in class order, so the first ``count`` could cover a few classes only): every k-th
-  record, chosen before decoding, so the others cost a read and nothing more."""
-  if dataset_info.is_synthetic(params['data_dir']):
-    raise NoImagesError('Quantized TFLite and ONNX exports calibrate on the run\'s training records and are measured '
-                        'on its validation records, and this run has none (data_dir unset: synthetic data). Set '
-                        '--data_dir to the converted records, or export without tflite_quantizations and '
-                        'onnx_quantizations.')
+  ids (multi-label: multi-hot rows [N, K]), spread over the records the split's pass reads (the first
+  ``num_eval_images`` of the validation split when it is set; converted splits are in class order, so the first
+  ``count`` could cover a few classes only): every k-th record, chosen before decoding, so the others cost a read
+  and nothing more."""
+  if dataset_info.is_synthetic(params['data_dir']):  # params validation refuses the exports that need records
+    raise NoImagesError(f'There are no {split} records to read: data_dir is unset (synthetic data).')
   source = imagenet_input.ImageNetInput.from_params(
       params, split=split, is_training=False, dtype=tf.float32, include_filename=False,
       image_size=resnet_preprocessing.image_size(params, training=False),

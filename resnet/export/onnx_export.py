@@ -1,61 +1,31 @@
-"""ONNX export (``export_onnx``, ``onnx_quantizations``): ``model.onnx`` beside the SavedModel for ONNX Runtime,
-TensorRT, OpenVINO, DirectML or Core ML, and quantized files, each run by ONNX Runtime before it is written.
+"""ONNX's format (``OnnxFormat``, written, checked and measured by ``deploy.export``): ``model.onnx`` beside the
+SavedModel for ONNX Runtime, TensorRT, OpenVINO, DirectML or Core ML, and quantized files, each run by ONNX Runtime
+(``onnx_runtime``) before it is written.
 
-The file is converted by tf2onnx from a float32 copy of the model holding the exported weights (as the .tflite is:
-a bfloat16 graph has few ONNX Runtime kernels): float32 images [batch, S, S, 3] with values 0..255 in (the batch
-dimension is dynamic), ``probabilities`` and ``classes`` out, as the SavedModel's ``serving_images`` signature.
-It must agree with the float32 weights within PARITY_TOLERANCE (a float32 SavedModel too), else it is not written.
-
-Quantized files: ``float16`` (float16 weights and compute, float32 input and output, for GPUs) and ``int8``
-(static QDQ quantization, int8 weights per channel, uint8 activations calibrated on the run's training images with
-eval preprocessing). With the run's records every file is measured on its validation images against the SavedModel
-(``onnx_report.txt``) and a quantized file whose top-1 agrees on fewer than ``tflite_min_agreement`` of them is not
-written (the export fails saying why; the files before it stay). int8 is per channel without range reduction (for
-VNNI CPUs and GPUs): a CPU without VNNI may saturate, which the agreement measured on this machine shows.
+tf2onnx converts the graph: float32 images [batch, S, S, 3] with values 0..255 in (the batch dimension is dynamic),
+what the SavedModel's ``serving_images`` signature outputs out (``predictions``: the run's task's; ``probabilities``
+and ``classes``, multi-label also ``labels``). Quantized files: ``float16`` (float16 weights and compute, float32 input
+and output, for GPUs) and ``int8`` (static QDQ quantization after ONNX Runtime's recommended preparation, int8
+weights per channel, uint8 activations calibrated on the run's training images with eval preprocessing). int8 is
+per channel without range reduction (for VNNI CPUs and GPUs): a CPU without VNNI may saturate, which the agreement
+measured on this machine shows.
 """
-import dataclasses
 import os
 import tempfile
-from typing import List, Optional, Sequence
+from typing import Callable, Dict, Optional
 
-from absl import logging
 import keras
 import numpy as np
 import tensorflow as tf
 
-from resnet.estimator import files
+from resnet.task import answers as answers_lib
+from resnet.export import deploy
 from resnet.export import onnx_runtime
-from resnet.export import tflite_export
-from resnet.export import tflite_report
 
-ONNX_NAME = 'model.onnx'
 QUANTIZATIONS = ('float16', 'int8')
-REPORT_NAME = 'onnx_report'
-PARITY_TOLERANCE = tflite_export.PARITY_TOLERANCE
 DEFAULT_OPSET = 17
 BATCH_DIMENSION = 'batch'
-
-
-class QuantizationError(RuntimeError):
-  """A quantized .onnx could not be made, or computes too differently from the SavedModel: it was not written."""
-
-
-@dataclasses.dataclass(frozen=True)
-class OnnxExports:
-  """What the ONNX files need: the opset, the quantized kinds, int8's calibration images and the labelled
-  validation images every file is measured on (None without the run's records: then the float32 file is checked
-  against its weights only)."""
-  opset: int = DEFAULT_OPSET
-  kinds: Sequence[str] = ()
-  calibration: Optional[np.ndarray] = None
-  images: Optional[np.ndarray] = None
-  labels: Optional[np.ndarray] = None
-  min_agreement: float = 0.9
-  outputs: tflite_report.Outputs = tflite_report.Outputs()   # multi-label: sigmoids, decided at thresholds
-
-
-def file_name(kind: str) -> str:
-  return ONNX_NAME if kind == 'float32' else f'model_{kind}.onnx'
+Predictions = Callable[[tf.Tensor], Dict[str, tf.Tensor]]  # logits -> the served outputs
 
 
 def import_tf2onnx():
@@ -73,20 +43,22 @@ def import_tf2onnx():
   return tf2onnx
 
 
+def outputs_of(answers) -> Predictions:
+  """The outputs of ``answers`` alone: its probabilities and the most probable class (a task's predictions may add
+  more, as multi-label ``labels``)."""
+  return lambda logits: {'probabilities': answers.probabilities(logits), 'classes': tf.argmax(logits, axis=-1)}
+
+
 def convert(model: keras.Model, image_size: int, opset: int = DEFAULT_OPSET,
-            outputs: tflite_report.Outputs = tflite_report.Outputs()) -> bytes:
-  """The serialized ONNX model of ``images [batch, S, S, 3] -> probabilities, classes`` (multi-label: sigmoids, and
-  ``labels``, each class decided at its threshold, as the SavedModel)."""
+            predictions: Predictions = outputs_of(answers_lib.TopOne())) -> bytes:
+  """The serialized ONNX model of ``images [batch, S, S, 3] -> predictions(logits)`` (named outputs, among them
+  ``probabilities``), the weights (and any variable ``predictions`` reads) frozen into constants."""
   onnx_runtime.require('The ONNX export')
   tf2onnx = import_tf2onnx()
 
   @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name='images')])
   def serve(images):
-    probabilities = outputs.probabilities(model(images, training=False))
-    served = {'probabilities': probabilities, 'classes': tf.argmax(probabilities, axis=1, output_type=tf.int64)}
-    if outputs.multi_label:
-      served['labels'] = tf.cast(probabilities >= tf.constant(outputs.thresholds, tf.float32), tf.int32)
-    return served
+    return predictions(model(images, training=False))
 
   proto, _ = tf2onnx.convert.from_function(serve, input_signature=serve.input_signature, opset=opset)
   for value in list(proto.graph.input) + list(proto.graph.output):  # tf2onnx names it unk__N
@@ -129,87 +101,44 @@ def quantize(float32_file: bytes, kind: str, calibration: Optional[np.ndarray] =
           quant_format=quantization.QuantFormat.QDQ, per_channel=True,
           activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8)
     except Exception as e:  # pylint: disable=broad-except  (the quantizer raises many types for one cause)
-      cause = ' '.join(str(e).split())[:300] or type(e).__name__
-      raise QuantizationError(f'int8 ONNX quantization failed ({cause}): model_int8.onnx was not written. Export '
-                              'float16 instead, or use the int8 .tflite (tflite_quantizations=int8).') from e
+      raise deploy.QuantizationError(
+          f'int8 ONNX quantization failed ({deploy.cause(e)}): model_int8.onnx was not written. Export float16 '
+          'instead, or use the int8 .tflite (tflite_quantizations=int8).') from e
     with open(target, 'rb') as f:
       return f.read()
 
 
-def export_onnx(saved_model_dir: str, copy: keras.Model, image_size: int, precision: str,
-                exports: OnnxExports) -> List[tflite_report.Row]:
-  """Writes ``model.onnx`` (and the quantized files) into ``saved_model_dir``, each checked first; returns the
-  measured rows (empty without the run's images). ``copy``: the float32 model holding the exported weights."""
-  if exports.kinds and exports.images is None:
-    raise ValueError('Quantized ONNX files are measured on the run\'s validation images, and there are none.')
-  float32_file = convert(copy, image_size, exports.opset, exports.outputs)
-  path = os.path.join(saved_model_dir, ONNX_NAME)
-  images = tflite_export.parity_images(image_size)
-  try:  # tf2onnx converts what it can and leaves the rest: an op it could not convert fails here
-    served = onnx_runtime.Model(float32_file).probabilities(images)
-  except Exception as e:  # pylint: disable=broad-except  (onnxruntime's errors have no common public base)
-    raise RuntimeError(f'ONNX Runtime cannot run the converted model ({" ".join(str(e).split())[:300]}): {path} '
-                       'was not written (the SavedModel beside it is complete). Export without export_onnx, or '
-                       'report the op it names.') from e
-  difference = float(np.max(np.abs(served - exports.outputs.probabilities(copy(images, training=False)).numpy())))
-  if difference > PARITY_TOLERANCE:
-    raise RuntimeError(f'The ONNX conversion differs from the float32 weights it was converted from by '
-                       f'{difference:.3g} (> {PARITY_TOLERANCE:g}) on the same images: {path} was not written '
-                       '(the SavedModel beside it is complete). Export without export_onnx, or report the ops.')
-  saved = tf.saved_model.load(saved_model_dir).signatures[tflite_export.SERVING_SIGNATURE]
-  saved_difference = float(np.max(np.abs(served - saved(images=tf.constant(images))['probabilities'].numpy())))
-  if precision == 'float32' and saved_difference > PARITY_TOLERANCE:
-    raise RuntimeError(f'The ONNX model differs from the SavedModel by {saved_difference:.3g} (> '
-                       f'{PARITY_TOLERANCE:g}) on the same images: {path} was not written (the SavedModel beside '
-                       'it is complete). Export without export_onnx, or report the ops.')
-  rows: List[tflite_report.Row] = []
-  reference = None
-  if exports.images is not None:
-    reference = tflite_report.Reference(saved_model_dir, precision, exports.images, exports.labels, exports.outputs)
-    rows = [reference.row, _measure(reference, ONNX_NAME, 'float32', float32_file, exports.images)]
-  files.atomic_write(path, float32_file)
-  logging.info('Exported ONNX: %s (%.1f MB, opset %d, float32, batch dimension %r); max |probability difference| '
-               'on %d images: %.2g vs its float32 weights, %.2g vs the %s SavedModel', path,
-               len(float32_file) / 1e6, exports.opset, BATCH_DIMENSION, len(images), difference, saved_difference,
-               precision)
-  print(f'Exported ONNX: {path} ({len(float32_file) / 1e6:.1f} MB, opset {exports.opset}; max |probability '
-        f'difference| {difference:.2g} vs its float32 weights, {saved_difference:.2g} vs the SavedModel)')
-  for kind in exports.kinds:
-    try:
-      data = quantize(float32_file, kind, exports.calibration)
-      row = _measure(reference, file_name(kind), kind, data, exports.images)
-    except Exception as e:  # pylint: disable=broad-except  (the table of the files before it is still written)
-      _write_report(saved_model_dir, rows, exports)
-      if isinstance(e, QuantizationError):
-        raise
-      raise QuantizationError(f'{file_name(kind)} could not be made or run ({" ".join(str(e).split())[:300]}): it '
-                              f'was not written; the files before it are complete. Export without {kind} in '
-                              'onnx_quantizations.') from e
-    if row.agreement < exports.min_agreement:
-      rows.append(dataclasses.replace(row, kept=False))
-      _write_report(saved_model_dir, rows, exports)
-      advice = ('calibrate on more training images (tflite_calibration_images, '
-                f'{len(exports.calibration)} now)' if kind == 'int8' else
-                'export model.onnx alone (float16 rounding changes this model\'s answers)')
-      raise QuantizationError(
-          f'{file_name(kind)} agrees with the SavedModel\'s {exports.outputs.answers} on '
-          f'{row.agreement:.1%} of {len(exports.images)} validation images, below tflite_min_agreement='
-          f'{exports.min_agreement:g} ({row.metric} {row.top_1:.4f} vs {reference.row.top_1:.4f}): it was not written. To keep it: {advice}; or lower tflite_min_agreement. '
-          f'The SavedModel and {ONNX_NAME} are complete; the table is in '
-          f'{os.path.join(saved_model_dir, REPORT_NAME)}.txt.')
-    files.atomic_write(os.path.join(saved_model_dir, file_name(kind)), data)
-    rows.append(row)
-  _write_report(saved_model_dir, rows, exports)
-  return rows
+class OnnxFormat(deploy.DeployFormat):
+  """.onnx files, run by ONNX Runtime (``onnx_runtime``). ``predictions``: what the SavedModel's signatures output
+  for logits (the run's task's), else ``outputs_of(answers)``; the opset is the format's own."""
+  name = 'ONNX'
+  suffix = '.onnx'
+  report_name = 'onnx_report'
+  runtime_name = 'ONNX Runtime'
+  kinds = QUANTIZATIONS
+  export_param = 'export_onnx'
+  quantizations_param = 'onnx_quantizations'
 
+  def __init__(self, model: keras.Model, image_size: int, answers=answers_lib.TopOne(),
+               opset: int = DEFAULT_OPSET, predictions: Optional[Predictions] = None):
+    super().__init__(model, image_size, answers)
+    self.opset, self.predictions = opset, predictions or outputs_of(answers)
+    self.details = f'opset {opset}, batch dimension {BATCH_DIMENSION!r}'
 
-def _measure(reference: tflite_report.Reference, name: str, kind: str, data: bytes,
-             images: np.ndarray) -> tflite_report.Row:
-  model = onnx_runtime.Model(data)
-  return reference.row_for(name, kind, len(data), model.probabilities(images), model.latency_ms(images[0]),
-                           model.runtime)
+  def convert(self, kind: str, float32_file: Optional[bytes] = None,
+              calibration: Optional[np.ndarray] = None) -> bytes:
+    if kind == 'float32':
+      return convert(self.model, self.image_size, self.opset, self.predictions)
+    return quantize(float32_file, kind, calibration)
 
+  def load(self, data: bytes) -> onnx_runtime.Model:
+    return onnx_runtime.Model(data)
 
-def _write_report(directory: str, rows: Sequence[tflite_report.Row], exports: OnnxExports) -> None:
-  if rows:
-    tflite_report.write(directory, rows, len(exports.images), name=REPORT_NAME)
+  def op_count(self, data: bytes) -> int:
+    import onnx  # pylint: disable=g-import-not-at-top
+    return len(onnx.load_from_string(data).graph.node)
+
+  def advice(self, kind: str, calibration: Optional[np.ndarray]) -> str:
+    if kind == 'int8':
+      return deploy.calibration_advice(calibration)
+    return 'export model.onnx alone (float16 rounding changes this model\'s answers)'

@@ -102,7 +102,7 @@ def test_tflite_files_serve_sigmoids_measured_per_label_and_predict_decides_with
   # No agreement floor: 6 images of an unseeded 8-step model give ~7 positive labels, one flip under int8 is 86%
   # (the floor's refusal is tested in test_quantized_export and test_onnx_export).
   result = cli.run_in_process('--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "export"}',
-                              '--export_tflite=true', '--tflite_quantizations=dynamic_int8', '--tflite_min_agreement=0',
+                              '--export_tflite=true', '--tflite_quantizations=dynamic_int8', '--deploy_min_agreement=0',
                               base=())
   assert result.code == 0, result.log
   assert '| file | size MB | micro F1 | agreement of positive labels with the SavedModel |' in result.out

@@ -18,12 +18,14 @@ import tensorflow as tf
 from params import resnet_config
 from resnet.run_setup import run_params
 from resnet.estimator import files
+from resnet.task import answers
+from resnet.export import deploy
+from resnet.export import deploy_report
 from resnet.export import exporting
 from resnet.export import litert_runtime
 from resnet.export import onnx_export
 from resnet.export import onnx_runtime
 from resnet.export import tflite_export
-from resnet.export import tflite_report
 from tests.helpers import cli
 from tests.helpers import procs
 from tests.helpers import small_model
@@ -32,7 +34,7 @@ SIZE = small_model.SIZE
 
 
 def test_the_quantization_kinds_are_the_params_choices():
-  assert resnet_config.ONNX_QUANTIZATIONS == onnx_export.QUANTIZATIONS
+  assert resnet_config.ONNX_QUANTIZATIONS == onnx_export.QUANTIZATIONS == onnx_export.OnnxFormat.kinds
 
 
 @pytest.mark.slow  # a new interpreter: tf2onnx's import changes the variable once a process
@@ -64,32 +66,45 @@ def test_the_file_computes_what_the_weights_do_for_any_batch_in_the_opset_named(
 
 
 def test_a_multi_label_file_serves_sigmoids_and_decides_at_the_thresholds():
+  """The .onnx outputs what the SavedModel does (the task's predictions): multi-label, the labels decided at the
+  thresholds the run keeps in a variable, frozen into the file."""
   model = small_model.model()
-  outputs = tflite_report.Outputs((0.3, 0.5, 0.7, 0.9))
-  served = onnx_runtime.Model(onnx_export.convert(model, SIZE, opset=15, outputs=outputs))
+  thresholds = tf.Variable([0.3, 0.5, 0.7, 0.9])
+
+  def predictions(logits):
+    probabilities = tf.sigmoid(logits)
+    return {'probabilities': probabilities, 'classes': tf.argmax(logits, axis=-1),
+            'labels': tf.cast(probabilities >= thresholds, tf.int32)}
+  fmt = onnx_export.OnnxFormat(model, SIZE, answers.Thresholded((0.3, 0.5, 0.7, 0.9)), opset=15, predictions=predictions)
+  served = onnx_runtime.Model(fmt.convert('float32'))
   images, _ = small_model.images(5, seed=1)
-  probabilities, labels = served.session.run(['probabilities', 'labels'], {'images': images})
+  probabilities, labels, classes = served.session.run(['probabilities', 'labels', 'classes'], {'images': images})
   np.testing.assert_allclose(probabilities, tf.sigmoid(model(images, training=False)).numpy(), atol=1e-6)
-  np.testing.assert_array_equal(labels, probabilities >= np.array(outputs.thresholds, np.float32))
+  np.testing.assert_array_equal(labels, probabilities >= thresholds.numpy())
+  np.testing.assert_array_equal(classes, probabilities.argmax(axis=1))
 
 
 def _exports(tmp_path, kinds, min_agreement=0.0):
+  """(model, its SavedModel's directory, its ONNX format (opset 13), what its files are measured on)."""
   model = small_model.model()
   directory = small_model.saved_model(model, str(tmp_path / 'export'))
   images, labels = small_model.images(40, seed=1)
   calibration, _ = small_model.images(16, seed=2)
-  return model, directory, onnx_export.OnnxExports(13, kinds, calibration, images, labels, min_agreement)
+  return model, directory, onnx_export.OnnxFormat(model, SIZE, opset=13), deploy.Measuring(
+      images, labels, kinds, calibration, min_agreement)
 
 
 def test_each_file_is_measured_on_the_images_written_and_reported(tmp_path):
-  model, directory, exports = _exports(tmp_path, ['float16', 'int8'])
-  rows = onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
+  model, directory, fmt, exports = _exports(tmp_path, ['float16', 'int8'])
+  report = deploy.export(fmt, directory, 'float32', exports)
+  rows = report.measured
+  assert report.summary().startswith(f'Exported ONNX: {directory}/model.onnx (') and 'opset 13' in report.summary()
   assert [r.kind for r in rows] == ['saved_model', 'float32', 'float16', 'int8']
   assert all(r.runtime.startswith('ONNX Runtime') for r in rows[1:])
   by_kind = {r.kind: r for r in rows}
   assert by_kind['float32'].agreement == 1.0 and by_kind['float16'].agreement >= 0.95
   for kind in ('float32', 'float16', 'int8'):
-    path = os.path.join(directory, onnx_export.file_name(kind))
+    path = os.path.join(directory, fmt.file_name(kind))
     assert os.path.getsize(path) == by_kind[kind].bytes
     assert onnx_runtime.Model(path).probabilities(exports.images[:3]).shape == (3, 4)
   weights = tf.nn.softmax(model(exports.images, training=False)).numpy()
@@ -102,14 +117,14 @@ def test_each_file_is_measured_on_the_images_written_and_reported(tmp_path):
       'SavedModel (float32)', 'model.onnx', 'model_float16.onnx', 'model_int8.onnx']
   assert '| model_int8.onnx |' in (tmp_path / 'export' / 'onnx_report.txt').read_text()
   # The SavedModel's size counts its own files, not the deployed files and reports now beside them.
-  assert tflite_report.directory_bytes(directory) == rows[0].bytes
+  assert deploy_report.directory_bytes(directory) == rows[0].bytes
 
 
 @pytest.mark.parametrize('refused,advice', [('int8', 'calibrate on more training images'),
                                             ('float16', 'export model.onnx alone')])
 def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(tmp_path, monkeypatch, refused,
                                                                                   advice):
-  model, directory, exports = _exports(tmp_path, ['float16', 'int8'], min_agreement=0.9)
+  model, directory, fmt, exports = _exports(tmp_path, ['float16', 'int8'], min_agreement=0.9)
   predicted = tf.nn.softmax(model(exports.images, training=False)).numpy().argmax(axis=1)
   rare = int(np.argmin(np.bincount(predicted, minlength=4)))
   quantize = onnx_export.quantize
@@ -122,26 +137,26 @@ def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(
     other.layers[-1].set_weights([np.zeros_like(kernel), np.eye(4, dtype=np.float32)[rare] * 10])
     return onnx_export.convert(other, SIZE, 13)
   monkeypatch.setattr(onnx_export, 'quantize', disagreeing)
-  with pytest.raises(onnx_export.QuantizationError, match=rf'model_{refused}.onnx agrees .* of 40 validation images, '
-                     rf'below tflite_min_agreement=0.9 .* To keep it: {advice}'):
-    onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
+  with pytest.raises(deploy.QuantizationError, match=rf'model_{refused}.onnx agrees .* of 40 validation images, '
+                     rf'below deploy_min_agreement=0.9 .* To keep it: {advice}'):
+    deploy.export(fmt, directory, 'float32', exports)
   written = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / 'export' / '*.onnx')))
   assert written == (['model.onnx'] if refused == 'float16' else ['model.onnx', 'model_float16.onnx'])
   assert not [n for n in os.listdir(directory) if files.is_temp(n)]
-  assert f'model_{refused}.onnx (not written: below tflite_min_agreement)' in (
+  assert f'model_{refused}.onnx (not written: below deploy_min_agreement)' in (
       tmp_path / 'export' / 'onnx_report.txt').read_text()
 
 
 def test_a_quantizer_failure_names_the_file_and_keeps_the_table_of_the_files_before_it(tmp_path, monkeypatch):
   from onnxruntime import quantization  # pylint: disable=import-outside-toplevel
-  model, directory, exports = _exports(tmp_path, ['float16', 'int8'])
+  _, directory, fmt, exports = _exports(tmp_path, ['float16', 'int8'])
 
   def failing(*args, **kwargs):
     raise RuntimeError('no kernel for op Foo')
   monkeypatch.setattr(quantization, 'quantize_static', failing)
-  with pytest.raises(onnx_export.QuantizationError, match=r'int8 ONNX quantization failed \(no kernel for op Foo\): '
+  with pytest.raises(deploy.QuantizationError, match=r'int8 ONNX quantization failed \(no kernel for op Foo\): '
                      r'model_int8.onnx was not written. Export float16 instead'):
-    onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
+    deploy.export(fmt, directory, 'float32', exports)
   assert not os.path.exists(os.path.join(directory, 'model_int8.onnx'))
   assert '| model_float16.onnx |' in (tmp_path / 'export' / 'onnx_report.txt').read_text()
 
@@ -160,19 +175,32 @@ def test_int8_is_prepared_then_quantized_per_channel(monkeypatch):
 
 
 def test_a_conversion_that_differs_from_its_weights_writes_nothing(tmp_path, monkeypatch):
-  model, directory, exports = _exports(tmp_path, [])
+  _, directory, fmt, exports = _exports(tmp_path, [])
   convert, other = onnx_export.convert, small_model.model(seed=1)
   monkeypatch.setattr(onnx_export, 'convert', lambda net, size, opset, outputs: convert(other, size, opset, outputs))
-  with pytest.raises(RuntimeError, match=r'The ONNX conversion differs from the float32 weights .* was not written'):
-    onnx_export.export_onnx(directory, model, SIZE, 'float32', exports)
+  with pytest.raises(RuntimeError, match=r'The ONNX conversion differs from the float32 weights .* was not written '
+                     r'.* Export without export_onnx and onnx_quantizations'):
+    deploy.export(fmt, directory, 'float32', exports)
   assert not glob.glob(str(tmp_path / 'export' / '*.onnx'))
 
 
 def test_a_file_that_differs_from_a_float32_saved_model_writes_nothing(tmp_path):
-  _, _, exports = _exports(tmp_path, [])
-  directory = str(tmp_path / 'export')
+  _, directory, _, exports = _exports(tmp_path, [])
+  other = onnx_export.OnnxFormat(small_model.model(seed=1), SIZE, opset=13)  # other weights
   with pytest.raises(RuntimeError, match=r'The ONNX model differs from the SavedModel by .* was not written'):
-    onnx_export.export_onnx(directory, small_model.model(seed=1), SIZE, 'float32', exports)  # other weights
+    deploy.export(other, directory, 'float32', exports)
+  assert not glob.glob(str(tmp_path / 'export' / '*.onnx'))
+
+
+def test_a_file_its_runtime_cannot_run_writes_nothing(tmp_path, monkeypatch):
+  _, directory, fmt, exports = _exports(tmp_path, [])
+
+  def broken(data):
+    raise RuntimeError('Could not find an implementation for Foo(1) node')
+  monkeypatch.setattr(fmt, 'load', broken)
+  with pytest.raises(RuntimeError, match=r'ONNX Runtime cannot run the converted model \(Could not find an '
+                     r'implementation for Foo\(1\) node\): .*model.onnx was not written .* report the op it names'):
+    deploy.export(fmt, directory, 'float32', exports)
   assert not glob.glob(str(tmp_path / 'export' / '*.onnx'))
 
 
@@ -224,12 +252,15 @@ def test_onnx_quantizations_need_the_runs_records_and_predict_takes_one_file(tmp
 def test_without_records_the_float32_file_is_checked_but_not_measured(tmp_path, caplog):
   params = _params(tmp_path, export_dir=str(tmp_path / 'export'), export_onnx=True)
   assert exporting.measured_images(params) is None
-  exports = exporting.onnx_exports(params, None, tflite_report.Outputs())
-  assert exports.images is None and exports.kinds == () and exports.opset == 17
+  ((make_format, measuring),) = exporting.deployed_formats(params, None)
+  assert measuring is None
   assert any('not measured on validation images' in r.getMessage() for r in caplog.records)
   model = small_model.model()
+  fmt = make_format(model, SIZE, answers.TopOne())
+  assert isinstance(fmt, onnx_export.OnnxFormat) and fmt.opset == 17
   directory = small_model.saved_model(model, str(tmp_path / 'export'))
-  assert onnx_export.export_onnx(directory, model, SIZE, 'float32', exports) == []
+  report = deploy.export(fmt, directory, 'float32', measuring)
+  assert report.measured == () and report.table == '' and report.max_difference <= 1e-4
   assert os.path.exists(os.path.join(directory, 'model.onnx'))
   assert not os.path.exists(os.path.join(directory, 'onnx_report.txt'))
 
@@ -260,8 +291,8 @@ def onnx_run(module_tmp):
   run = root / 'model'
   shutil.copytree(model_dir, run, ignore=shutil.ignore_patterns('export'))
   result = cli.run_in_process('--mode=export', f'--model_dir={run}', f'--export_dir={root / "export"}',
-                              '--export_onnx=true', '--onnx_quantizations=float16,int8', '--tflite_eval_images=16',
-                              '--tflite_calibration_images=8', '--tflite_min_agreement=0', '--use_tpu=false', base=())
+                              '--export_onnx=true', '--onnx_quantizations=float16,int8', '--deploy_eval_images=16',
+                              '--deploy_calibration_images=8', '--deploy_min_agreement=0', '--use_tpu=false', base=())
   return root, run, data_dir, result
 
 

@@ -12,10 +12,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from absl import flags
 from params import resnet_config
+from resnet import resnet_flags
+from resnet.run_dir import model_dir as model_dir_lib
+from resnet.run_setup import run_params
+from resnet.task import answers
+from resnet.export import deploy
+from resnet.export import deploy_report
 from resnet.export import litert_runtime
+from resnet.export import onnx_export
 from resnet.export import tflite_export
-from resnet.export import tflite_report
 from tests.helpers import cli
 from tests.helpers import small_model
 
@@ -23,32 +30,77 @@ SIZE = small_model.SIZE
 
 
 def test_the_quantization_kinds_are_the_params_choices():
-  assert resnet_config.TFLITE_QUANTIZATIONS == tflite_export.QUANTIZATIONS
+  assert resnet_config.TFLITE_QUANTIZATIONS == tflite_export.QUANTIZATIONS == tflite_export.TfliteFormat.kinds
+
+
+def test_the_constants_mirrored_across_layers_are_equal():
+  formats = (tflite_export.TfliteFormat, onnx_export.OnnxFormat)
+  assert deploy_report.DEPLOYED_FILES == tuple(f.suffix for f in formats)
+  assert deploy_report.REPORT_NAMES == tuple(f.report_name for f in formats)
+
+
+def test_the_former_tflite_names_of_the_shared_params_are_accepted_everywhere(tmp_path):
+  """deploy_* were tflite_* before the .onnx files shared them: flags, overrides, config files and a run's
+  params.yaml with the old names still work."""
+  old = {'tflite_calibration_images': 9, 'tflite_eval_images': 7, 'tflite_min_agreement': 0.5}
+  new = {'deploy_calibration_images': 9, 'deploy_eval_images': 7, 'deploy_min_agreement': 0.5}
+  assert {k: resnet_config.ALIASES[k] for k in old} == {k: n for k, n in zip(old, new)}
+  made = run_params.make_params(old, fill_from_data=False)
+  assert {k: made[k] for k in new} == new and made['tflite_min_agreement'] == 0.5
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / 'params.yaml').write_text(''.join(f'{k}: {v}\n' for k, v in old.items()))
+  assert model_dir_lib.recorded_params(str(run)) == new   # a finished run's records, read under the new names
+  from_file = run_params.make_params(config_files=[str(run / 'params.yaml')], fill_from_data=False)
+  assert {k: from_file[k] for k in new} == new
+  flag_values = flags.FlagValues()
+  resnet_flags.define_flags(flag_values)
+  flag_values(['resnet_main', '--tflite_min_agreement=0.25', '--tflite_eval_images=3'])
+  from_flags = resnet_flags.params_from_flags(flag_values, fill_from_data=False)
+  assert (from_flags.deploy_min_agreement, from_flags.deploy_eval_images) == (0.25, 3)
+
+
+def test_quantized_files_are_refused_without_records_by_one_rule(tmp_path):
+  """One rule (run_params' validator: synthetic data is dataset_info's rule), before anything trains or is
+  written; the export itself only asserts it."""
+  synthetic = {'model_dir': str(tmp_path / 'run'), 'export_dir': str(tmp_path / 'export'), 'data_dir': 'null'}
+  for key in ('tflite_quantizations', 'onnx_quantizations'):
+    other = ({'tflite_quantizations', 'onnx_quantizations'} - {key}).pop()
+    with pytest.raises(ValueError, match=rf'{key} calibrates int8 .* set --data_dir'):
+      run_params.quantized_exports_have_data({**synthetic, key: ['int8'], other: []})
+  run_params.quantized_exports_have_data({**synthetic, 'data_dir': '/records', 'tflite_quantizations': ['int8'],
+                                          'onnx_quantizations': []})
+  with pytest.raises(ValueError, match=r'tflite_quantizations calibrates int8 .* set --data_dir') as error:
+    run_params.make_params({**synthetic, 'tflite_quantizations': ['int8']}, fill_from_data=False)
+  assert str(error.value).count('calibrates int8') == 1
 
 
 def test_each_quantized_file_is_measured_written_and_run_by_litert(tmp_path):
   model = small_model.model()
   directory = small_model.saved_model(model, str(tmp_path / 'export'))
-  float32_file = tflite_export.convert(model, SIZE)
   images, labels = small_model.images(40, seed=1)
   calibration, _ = small_model.images(16, seed=2)
-  rows = tflite_export.export_quantized(directory, model, float32_file, SIZE, 'float32', tflite_export.QuantizedExports(
-      ['float16', 'dynamic_int8', 'int8'], calibration, images, labels, min_agreement=0.0, int8_io=True))
+  fmt = tflite_export.TfliteFormat(model, SIZE, int8_io=True)
+  report = deploy.export(fmt, directory, 'float32', deploy.Measuring(
+      images, labels, ['float16', 'dynamic_int8', 'int8'], calibration, min_agreement=0.0))
+  rows = report.measured
+  assert report.path == os.path.join(directory, 'model.tflite') and report.ops > 0 and report.max_difference <= 1e-4
   assert [r.kind for r in rows] == ['saved_model', 'float32', 'float16', 'dynamic_int8', 'int8']
   assert all(r.runtime == 'LiteRT (ai-edge-litert)' for r in rows[1:])   # not TensorFlow's interpreter
   by_kind = {r.kind: r for r in rows}
   assert by_kind['float32'].agreement == 1.0 and by_kind['float16'].agreement >= 0.95
   assert all(0.0 <= r.agreement <= 1.0 and r.latency_ms > 0 for r in rows)
   for kind in ('float16', 'dynamic_int8', 'int8'):
-    assert os.path.getsize(os.path.join(directory, tflite_export.file_name(kind))) == by_kind[kind].bytes
+    assert os.path.getsize(os.path.join(directory, fmt.file_name(kind))) == by_kind[kind].bytes
   assert by_kind['int8'].bytes < by_kind['float32'].bytes
   int8 = litert_runtime.Model(os.path.join(directory, 'model_int8.tflite'))
   assert int8.input_type == 'int8'   # int8 input and output, as the Edge TPU compiler needs
   probabilities = int8.probabilities(images[:4])
   assert probabilities.shape == (4, 4) and np.allclose(probabilities.sum(axis=1), 1.0, atol=0.05)
-  report = json.loads((tmp_path / 'export' / 'tflite_report.json').read_text())
-  assert report['num_images'] == 40 and len(report['rows']) == 5
-  assert '| model_int8.tflite |' in (tmp_path / 'export' / 'tflite_report.txt').read_text()
+  written = json.loads((tmp_path / 'export' / 'tflite_report.json').read_text())
+  assert written['num_images'] == 40 and len(written['rows']) == 5
+  assert '| model_int8.tflite |' in (tmp_path / 'export' / 'tflite_report.txt').read_text() == report.table
+  assert '| top-1 | agreement of top-1 with the SavedModel |' in report.table
 
 
 def test_multi_label_files_serve_sigmoids_and_are_measured_per_label(tmp_path):
@@ -56,10 +108,10 @@ def test_multi_label_files_serve_sigmoids_and_are_measured_per_label(tmp_path):
   directory = small_model.saved_model(model, str(tmp_path / 'export'), multi_label=True)
   images, _ = small_model.images(40, seed=1)
   labels = (np.random.default_rng(3).uniform(size=(40, 4)) < 0.4).astype(np.int64)
-  outputs = tflite_report.Outputs((0.4, 0.5, 0.6, 0.5))
-  quantized = tflite_export.QuantizedExports(['dynamic_int8'], None, images, labels, 0.0)
-  report = tflite_export.export_tflite(directory, model, small_model.model, SIZE, 'float32', quantized=quantized,
-                                       outputs=outputs)
+  outputs = answers.Thresholded((0.4, 0.5, 0.6, 0.5))
+  measuring = deploy.Measuring(images, labels, ['dynamic_int8'], min_agreement=0.0)
+  report = tflite_export.export_tflite(directory, model, small_model.model, SIZE, 'float32', measuring=measuring,
+                                       answers=outputs)
   sigmoids = tf.sigmoid(model(images, training=False)).numpy()
   with open(os.path.join(directory, 'model.tflite'), 'rb') as f:
     np.testing.assert_allclose(litert_runtime.Model(f.read()).probabilities(images), sigmoids, atol=1e-4)
@@ -72,29 +124,30 @@ def test_multi_label_files_serve_sigmoids_and_are_measured_per_label(tmp_path):
     int8_decided = litert_runtime.Model(f.read()).probabilities(images) >= np.array(outputs.thresholds)
   # Of the positive decisions either makes, the share both make: not diluted by the easy negatives.
   assert int8.agreement == pytest.approx(np.sum(int8_decided & decided) / np.sum(int8_decided | decided))
-  assert tflite_report.Outputs((0.5,) * 4).agreement(np.zeros((40, 4)), decided.astype(int)) == 0.0
-  assert '| micro F1 | agreement of positive labels with the SavedModel |' in tflite_report.table(report.measured, 40)
+  assert answers.Thresholded((0.5,) * 4).agreement(np.zeros((40, 4)), decided.astype(int)) == 0.0
+  assert '| micro F1 | agreement of positive labels with the SavedModel |' in report.table
 
 
 def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(tmp_path, monkeypatch):
   model = small_model.model()
   directory = small_model.saved_model(model, str(tmp_path / 'export'))
-  float32_file = tflite_export.convert(model, SIZE)
-  (tmp_path / 'export' / 'model.tflite').write_bytes(float32_file)
   images, labels = small_model.images(20, seed=1)
-  measure = tflite_report.Reference.measure
+  measure = deploy.Reference.measure
 
-  def disagreeing(self, name, kind, flatbuffer, images):
-    row = measure(self, name, kind, flatbuffer, images)
-    return row if kind != 'dynamic_int8' else tflite_report.Row(**{**row.__dict__, 'agreement': 0.5})
-  monkeypatch.setattr(tflite_report.Reference, 'measure', disagreeing)
-  with pytest.raises(tflite_export.QuantizationError, match=r'model_dynamic_int8.tflite agrees .* on 50.0% of 20'):
-    tflite_export.export_quantized(directory, model, float32_file, SIZE, 'float32', tflite_export.QuantizedExports(
-        ['float16', 'dynamic_int8'], None, images, labels, min_agreement=0.9))
+  def disagreeing(self, name, kind, data, runner):
+    row = measure(self, name, kind, data, runner)
+    return row if kind != 'dynamic_int8' else deploy_report.Row(**{**row.__dict__, 'agreement': 0.5})
+  monkeypatch.setattr(deploy.Reference, 'measure', disagreeing)
+  with pytest.raises(deploy.QuantizationError, match=r"model_dynamic_int8.tflite agrees with the SavedModel's top-1 on "
+                     r'50.0% of 20 validation images, below deploy_min_agreement=0.9 \(top-1 .*\): it was not written\. '
+                     r'To keep it: export float32 or float16 instead .* Complete: the SavedModel, model.tflite, '
+                     r'model_float16.tflite; the table is in .*tflite_report.txt'):
+    deploy.export(tflite_export.TfliteFormat(model, SIZE), directory, 'float32', deploy.Measuring(
+        images, labels, ['float16', 'dynamic_int8'], min_agreement=0.9))
   written = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / 'export' / '*.tflite')))
   assert written == ['model.tflite', 'model_float16.tflite']   # the refused file is not there, the others stay
   assert (tmp_path / 'export' / 'saved_model.pb').exists()
-  assert 'not written: below tflite_min_agreement' in (tmp_path / 'export' / 'tflite_report.txt').read_text()
+  assert 'not written: below deploy_min_agreement' in (tmp_path / 'export' / 'tflite_report.txt').read_text()
 
 
 def test_a_model_that_cannot_be_quantized_is_named_and_nothing_is_written(tmp_path):
@@ -103,7 +156,7 @@ def test_a_model_that_cannot_be_quantized_is_named_and_nothing_is_written(tmp_pa
   x = keras.layers.Lambda(tf.math.erf)(keras.layers.Conv2D(4, 3)(inputs))   # no TFLite kernel at all
   model = keras.Model(inputs, keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(x)))
   calibration, _ = small_model.images(4, seed=2)
-  with pytest.raises(tflite_export.QuantizationError, match=r'no TFLite kernel in int8 or float \(.*Erf'):
+  with pytest.raises(deploy.QuantizationError, match=r'no TFLite kernel in int8 or float \(.*Erf'):
     tflite_export.convert(model, SIZE, tflite_export.Quantization('int8', calibration))
 
 
@@ -138,8 +191,9 @@ def test_train_export_quantized_then_predict_with_the_int8_file_and_reexport_wit
   assert (tmp_path / 'int8_report.json').exists()
 
   # Export the finished run with nothing restated: depth, classes, image size and data come from its params.yaml.
+  # (The run above gave the shared params their former tflite_* names, still accepted.)
   again = _run(['--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "again"}',
-                '--tflite_quantizations=dynamic_int8', '--tflite_eval_images=8', '--tflite_min_agreement=0',
+                '--tflite_quantizations=dynamic_int8', '--deploy_eval_images=8', '--deploy_min_agreement=0',
                 '--use_tpu=false'], tmp_path, 'export')
   assert again.returncode == 0, again.stderr[-3000:]
   assert 'From the run in' in again.stderr and 'resnet_depth=10' in again.stderr
