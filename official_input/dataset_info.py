@@ -191,26 +191,16 @@ def _class_counts(summary: Dict[str, Any], split: str, names: Optional[List[str]
   return tuple(_optional_int(per_class[name], f'splits.{split}.per_class', path) or 0 for name in names)
 
 
-def balanced_class_weights(info: DatasetInfo, num_label_classes: int) -> List[float]:
-  """One weight per model class, n_images / (n_classes x n_class) over the classes with training images (the
-  'balanced' rule of scikit-learn and Keras users): every class then weighs as much in the loss. A class without
-  training images (a background class 0) gets 1. Multi-label data: each class's negatives / positives, the weight of
-  its positives. Raises ValueError when summary.json has no per-class counts."""
+def model_class_counts(info: DatasetInfo, num_label_classes: int) -> Optional[List[int]]:
+  """The training images of each model class (summary.json's per-class counts, a background class 0 with none
+  where the model keeps one): the one place the counts meet the model's classes. None where the data records no
+  per-class counts, or counts that are not the model's classes."""
   counts = list(info.train_class_counts)
   if not counts:
-    raise ValueError(f"class_weights=balanced needs the per-class training counts of {info.summary_path} "
-                     "(splits.train.per_class), which it does not record: re-run `python -m tools.imagenet_to_gcs`, "
-                     'or give class_weights as a list, one weight per class.')
+    return None
   if has_background_class(num_label_classes, len(counts)):
     counts = [0] + counts
-  if info.task == 'multi_label':
-    # Each class's positives against its negatives (PyTorch's BCEWithLogitsLoss pos_weight): a class's positives
-    # then weigh as much as its negatives.
-    images = info.num_train_images or 0
-    return [round((images - c) / c, 6) if 0 < c < images else 1.0 for c in counts]
-  present = [c for c in counts if c > 0]
-  total = sum(present)
-  return [round(total / (len(present) * c), 6) if c > 0 else 1.0 for c in counts]
+  return counts if len(counts) == num_label_classes else None
 
 
 def _data_value(info: DatasetInfo, key: str) -> Optional[int]:

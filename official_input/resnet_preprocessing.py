@@ -19,7 +19,7 @@ follows the run's precision. What differs from the reference (tensorflow/tpu res
 """
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
@@ -127,6 +127,31 @@ def eval_view(params: Mapping[str, Any]) -> Tuple[int, float]:
   if params.get('tta') in CROP_TTA:
     return size + crop_padding(size), 1.0
   return size, CROP_FRACTION
+
+
+def served_tta(params: Mapping[str, Any], deployed: bool = False) -> str:
+  """The test-time views what is served averages: ``tta`` for eval and predict with the checkpoint; 'none' for an
+  export (a SavedModel, and so its TFLite and ONNX files, serves the single usual view) and a deployed file."""
+  return 'none' if deployed else params['tta']
+
+
+def tta_views(images: tf.Tensor, params: Mapping[str, Any]) -> List[tf.Tensor]:
+  """The test-time views of a batch [B, H, W, C] that eval_view's input gives (W is axis 2, which a mirror image
+  reverses): flip = the images and their mirror images; five_crop = the centre and the four corner S x S crops of
+  the S + pad squares; ten_crop = those and their mirror images. Both halves of the geometry are here: the input's
+  size (eval_view) and the crops taken from it."""
+  mirror = lambda x: tf.reverse(x, axis=[2])
+  if params['tta'] == 'flip':
+    return [images, mirror(images)]
+  size = image_size(params, training=False)
+  padded, _ = eval_view(params)
+  if tuple(images.shape[1:3]) != (padded, padded):
+    raise ValueError(f'tta={params["tta"]} crops {size} x {size} views from the {padded} x {padded} images the input '
+                     f'gives (eval_view), got images of shape {images.shape}.')
+  pad = padded - size
+  corners = [(pad // 2, pad // 2), (0, 0), (0, pad), (pad, 0), (pad, pad)]   # the centre first
+  crops = [images[:, y:y + size, x:x + size, :] for y, x in corners]
+  return crops + [mirror(crop) for crop in crops] if params['tta'] == 'ten_crop' else crops
 
 
 def _pair(name: str, value: Any) -> Tuple[float, float]:

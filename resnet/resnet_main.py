@@ -26,8 +26,6 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-from official_input import imagenet_input
-from official_input import resnet_preprocessing
 from params import params_dict
 from params import params_yaml
 from params import resnet_config
@@ -44,8 +42,8 @@ from resnet.estimator import distribution
 from resnet.estimator.estimator import Estimator, NoCheckpointError
 from resnet.estimator.run_config import RunConfig
 from resnet.evaluation import class_names
-from resnet.evaluation import multi_label_report
 from resnet.evaluation import predictions as predictions_lib
+from resnet.predict import source as prediction_source
 from resnet.export import exporting
 from resnet.training import resnet_model_fn
 
@@ -97,36 +95,15 @@ def evaluate(estimator: Estimator, params: Params) -> None:
 
 
 def predict(estimator: Estimator, params: Params) -> str:
-  class_names.check_class_names_against_training(params, model_dir_lib.recorded_params(params.model_dir))
-  size, crop_fraction = resnet_preprocessing.eval_view(params)   # validation refuses tta with a deployed file
-  deployed = params.predict_tflite or params.predict_onnx
-  dtype = tf.float32 if deployed else tf.as_dtype(params.precision)  # a deployed file takes float32
-  if params.predict_input:
-    source = imagenet_input.ImageFilesInput(params.predict_input, image_size=size, dtype=dtype,
-                                            crop_fraction=crop_fraction)
-  else:
-    split = 'test' if tf.io.gfile.glob(os.path.join(params.data_dir or '', 'test-*')) else 'validation'
-    source = imagenet_input.ImageNetInput.from_params(params, split=split, include_filename=True, dtype=dtype)
-  output = params.predict_output or os.path.join(params.model_dir, 'predictions.csv')
-  checkpoint = estimator.latest_checkpoint()   # one lookup: the thresholds are those of the weights predicting
-  thresholds = multi_label_report.use_decision_thresholds(estimator, params, checkpoint)
-  if deployed:
-    thresholds = predictions_lib.deployed_file_thresholds(deployed, thresholds)
-    read = predictions_lib.tflite_predictions if params.predict_tflite else predictions_lib.onnx_predictions
-    predictions = read(deployed, source.input_fn, size, params.predict_batch_size, params.num_label_classes)
-  else:
-    predictions = estimator.predict(source.input_fn, checkpoint, weights=wiring.eval_weights(estimator))
-  if thresholds is not None:
-    labelled = predictions_lib.LabelledMultiLabel(params, thresholds)
-    rows = predictions_lib.write_multi_label_predictions(predictions, output, params, thresholds, labelled)
-  else:
-    labelled = predictions_lib.LabelledPredictions(params)
-    rows = predictions_lib.write_predictions(predictions, output, params, labelled)
-  print(f'Wrote {rows} predictions to {output}')
-  report = labelled.write(output)
+  source = prediction_source.PredictionSource(estimator, params)   # the images, the weights or file, the decisions
+  rows = source.task.prediction_writer(source.decisions, class_names.read_class_names(params))
+  written = predictions_lib.write(source.predictions(wiring.eval_weights(estimator)), source.output, rows,
+                                  source.limit)
+  print(f'Wrote {written} predictions to {source.output}')
+  report = rows.labelled.write(source.output)
   if report:
     print(f'Labelled data: per-class report in {report}')
-  return output
+  return source.output
 
 
 def export_only(estimator: Estimator, params: Params) -> Optional[str]:

@@ -19,8 +19,8 @@ from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.estimator import Estimator
 from resnet.estimator.spec import StagedInput
 from resnet.evaluation import class_names
+from resnet.task import tasks
 from resnet.training import divergence
-from resnet.training import multi_label
 from resnet.training import resnet_model_fn
 
 
@@ -91,15 +91,9 @@ def train_hooks(params: Params, estimator: Estimator,
 
 
 def eval_hooks(params: Params) -> List[Any]:
-  if multi_label.enabled(params):
-    from resnet.evaluation import multi_label_report  # pylint: disable=g-import-not-at-top
-    return [multi_label_report.MultiLabelReport(class_names.read_class_names(params),
-                                                multi_label_report.served_view(params))]
-  if not (resnet_model_fn.per_class_metrics(params) or params.max_misclassified_rows):
-    return []
-  from resnet.evaluation import eval_report  # pylint: disable=g-import-not-at-top
-  return [eval_report.ClassificationReport(class_names.read_class_names(params), class_names.has_background(params),
-                                           params.max_misclassified_rows)]
+  """The task's report of each evaluation (class names read only where it has one)."""
+  return tasks.for_params(params).eval_hooks(lambda: class_names.read_class_names(params),
+                                             lambda: class_names.has_background(params))
 
 
 def best_checkpoint(estimator: Estimator, params: Params) -> Optional[best_checkpoint_lib.BestCheckpoint]:

@@ -28,7 +28,7 @@ NUMERIC_CLAIMS = (
     GRADIENTS + 'test_two_replica_step_gradient_equals_the_hand_formulation[bce_weighted_mixed]',
     GRADIENTS + 'test_two_replica_step_gradient_equals_the_hand_formulation[multi_label_weighted_mixed]',
     # Multi-label eval's score histograms: a segment sum, a kernel deterministic ops swap.
-    'tests/resnet/training/test_multi_label.py::test_eval_sums_are_the_score_histograms_and_metrics_are_exact_counts',
+    'tests/resnet/task/test_multi_label.py::test_eval_sums_are_the_score_histograms_and_metrics_are_exact_counts',
     'tests/resnet/training/test_distillation.py::test_one_step_gradient_is_the_distillation_formula[2]',
     'tests/resnet/model/test_cpu_kernels.py::test_matmul_filter_grad_equals_the_convolution_gradient',  # bf16's CPU kernels
     'tests/resnet/model/test_cpu_kernels.py::test_bfloat16_matmul_gradient_is_as_accurate_as_the_convolution',

@@ -6,6 +6,8 @@
   no files.
 - ``official_input/`` imports nothing of ``resnet/`` or ``params/``: it reads the runner's input context by duck
   typing (``official_input/contract.py``).
+- Inside ``resnet/``, the rooms form layers (``RESNET_LAYERS``, bottom first): a room imports its own modules and
+  rooms below it, never one above; the loose modules (the program shell) sit on top, and no room imports them.
 - No import cycles anywhere.
 """
 import ast
@@ -22,6 +24,31 @@ RULES = {  # package (a module path prefix) -> import prefixes it must not use
     'official_input': ('resnet', 'params', 'tools'),
 }
 ALLOWED = {'resnet.estimator': ('resnet.estimator',)}
+
+
+# resnet/'s rooms, bottom first: each may import the rooms before it (and the runner, resnet.estimator, below all).
+RESNET_LAYERS = ('resnet.estimator', 'resnet.run_dir', 'resnet.model', 'resnet.weights', 'resnet.evaluation',
+                 'resnet.task', 'resnet.training', 'resnet.export', 'resnet.predict', 'resnet.run_setup')
+
+
+def _room(module: str):
+  """The resnet/ room a module is in ('resnet.task' for resnet.task.tasks), 'shell' for a loose module of resnet/
+  (resnet.wiring), None outside resnet/."""
+  parts = module.split('.')
+  if parts[0] != 'resnet' or len(parts) < 2:
+    return None
+  room = '.'.join(parts[:2])
+  return room if room in RESNET_LAYERS else 'shell'
+
+
+def _upward(module: str, imported: str):
+  """'module imports imported' when that import runs up resnet/'s layers, else None."""
+  mine, theirs = _room(module), _room(imported)
+  if mine in (None, 'shell') or theirs is None or mine == theirs:
+    return None
+  if theirs == 'shell' or RESNET_LAYERS.index(theirs) > RESNET_LAYERS.index(mine):
+    return f'{module} imports {imported}'
+  return None
 
 
 _TREES = {}
@@ -65,6 +92,24 @@ def test_each_layer_imports_only_what_it_may():
   assert len([m for m in modules if m.startswith('resnet.estimator.')]) >= 8
   offending = [v for name, path in modules.items() for imported in _imports(path) for v in _violations(name, imported)]
   assert offending == []
+
+
+def test_no_import_runs_up_resnets_layers():
+  modules = _modules()
+  rooms = {m.split('.')[1] for m in modules if m.count('.') >= 2 and m.startswith('resnet.')}
+  assert rooms == {r.split('.')[1] for r in RESNET_LAYERS}, 'a room of resnet/ is missing from RESNET_LAYERS'
+  offending = [u for name, path in modules.items() for imported in _imports(path) for u in [_upward(name, imported)]
+               if u]
+  assert offending == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+  assert _upward('resnet.training.multi_label', 'resnet.evaluation.label_metrics') is None   # down: fine
+  assert _upward('resnet.evaluation.predictions', 'resnet.export.litert_runtime')            # up
+  assert _upward('resnet.weights.warm_start', 'resnet.training.ema')                         # up
+  assert _upward('resnet.task.multi_label', 'resnet.wiring')                                 # into the shell
+  assert _upward('resnet.wiring', 'resnet.run_setup.run_params') is None                     # the shell: anything
+  assert _upward('resnet.task.tasks', 'resnet.task.single_label') is None                    # its own room
 
 
 def test_no_relative_imports():
@@ -183,3 +228,17 @@ def test_no_module_defines_absl_flags_at_import():
       if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.startswith('DEFINE'):
         offending.append(f'{name}:{node.lineno} {ast.unparse(call.func)}')
   assert offending == []
+
+
+def test_resnet_keeps_at_most_8_loose_modules_the_rest_in_rooms():
+  """The program shell (resnet_main and what only it uses) stays small enough to read; every job has a room."""
+  loose = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, 'resnet', '*.py'))
+                 if not p.endswith('__init__.py'))
+  assert len(loose) <= 8, loose
+
+
+def test_no_module_of_the_converter_is_over_400_lines():
+  """tools/convert/ keeps one job a module (sources, splits, integrity, shards, summary, ...)."""
+  long = {os.path.relpath(p, ROOT): n for p in glob.glob(os.path.join(ROOT, 'tools', 'convert', '*.py'))
+          for n in [len(open(p, encoding='utf-8').read().splitlines())] if n > 400}
+  assert long == {}

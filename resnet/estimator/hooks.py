@@ -138,6 +138,11 @@ class DivergenceGuard(LoopHook):
   across train_and_eval's chunks) stop the run (``stop``: raised before the estimator saves that loop) or log a
   warning.
 
+  The baseline is ``chance`` unless the run starts above it: a head that was not initialised at the chance level (a
+  copied head, a changed loss) starts where its outputs put it and falls from there. So the first decision's smoothed
+  loss, up to ``ceiling`` (the loss of outputs that say nothing, logits 0), becomes the baseline, logged; an
+  explosion from the very start still stands out against the ceiling.
+
   Several workers decide as one: only at loop ends every worker reaches (``Estimator.common_boundary``: a chief's
   profiler may ask for shorter loops than the others run), on the chief's verdict (``Estimator.from_chief``), so they
   stop together or not at all. ``key`` names the logged loop mean to watch (e.g. the loss without weight decay).
@@ -151,8 +156,10 @@ class DivergenceGuard(LoopHook):
   HISTORY = 8          # loops shown in the message
 
   def __init__(self, chance: float, after_step: float, stop: bool = True, key: str = 'loss', advice: str = '',
-               spread_key: Optional[str] = None, window: int = WINDOW):
+               spread_key: Optional[str] = None, window: int = WINDOW, ceiling: Optional[float] = None):
     self.chance = float(chance)
+    self.ceiling = None if ceiling is None else float(ceiling)
+    self.baseline: Optional[float] = None   # chance, or the run's start up to the ceiling (the first decision)
     self.after_step = after_step
     self.stop = stop
     self.key = key
@@ -167,6 +174,7 @@ class DivergenceGuard(LoopHook):
     self.exploded = 0               # decisions in a row that found an explosion or a collapse
     self.collapsed = False
     self.healthy_step: Optional[int] = None  # where the last loop before the bad ones ended
+    self._steps = 0                 # the steps the last smoothed value covers
 
   def begin(self, estimator, step: int) -> None:
     self._estimator = estimator
@@ -174,8 +182,8 @@ class DivergenceGuard(LoopHook):
   def before_loop(self, step: int, num_steps: int) -> None:
     self._loop_start = step
 
-  def _smoothed(self) -> Tuple[float, Optional[float]]:
-    """(loss, spread) over the newest loops covering ``window`` steps."""
+  def _smoothed(self) -> Tuple[float, Optional[float], int]:
+    """(loss, spread, steps) over the newest loops covering ``window`` steps (fewer: all there are)."""
     steps = value = spread = spread_steps = 0.0
     for _, n, v, s in reversed(self._loops):
       steps += n
@@ -185,7 +193,7 @@ class DivergenceGuard(LoopHook):
         spread += n * s
       if steps >= self.window:
         break
-    return value / steps, (spread / spread_steps if spread_steps else None)
+    return value / steps, (spread / spread_steps if spread_steps else None), int(steps)
 
   def after_loop(self, step: int, logs: Dict[str, float]) -> None:
     value = logs.get(self.key, logs.get('loss'))
@@ -207,12 +215,15 @@ class DivergenceGuard(LoopHook):
     estimator = self._estimator
     if estimator is not None and not estimator.common_boundary(step):
       return
-    smoothed, smoothed_spread = self._smoothed()
+    smoothed, smoothed_spread, self._steps = self._smoothed()
+    if self.baseline is None:
+      self.baseline = self._baseline(smoothed, step)
     # The loops this process saw (a resumed run saw none before its resume) cover a window: the same on every
     # worker, which all see the same steps between common boundaries.
     full = sum(n for _, n, _, _ in self._loops) >= self.window
-    exploded = smoothed > self.EXTREME * self.chance or full and (smoothed > self.FACTOR * self.chance or (
-        self.best is not None and self.best[1] < 0.5 * self.chance and smoothed > self.chance))
+    baseline = self.baseline
+    exploded = smoothed > self.EXTREME * baseline or full and (smoothed > self.FACTOR * baseline or (
+        self.best is not None and self.best[1] < 0.5 * baseline and smoothed > baseline))
     collapsed = full and smoothed_spread is not None and smoothed_spread < self.COLLAPSED
     verdict = exploded or collapsed
     if estimator is not None:  # the chief's verdict on every worker (values equal up to rounding, or not at all)
@@ -230,9 +241,21 @@ class DivergenceGuard(LoopHook):
       raise LossExplodedError(message)
     logging.warning('%s', message)
 
+  def _baseline(self, start: float, step: int) -> float:
+    """chance, or the run's start (its first smoothed loss) up to the ceiling where the run starts above chance."""
+    if self.ceiling is None or start <= self.chance:
+      return self.chance
+    baseline = min(start, max(self.ceiling, self.chance))
+    logging.info('Divergence guard: the run starts at %s %.4g (the mean of %d steps to step %d), above %.4g for a '
+                 'uniform guess (a head not initialised at chance, e.g. copied or trained for another loss): it '
+                 'is judged against %.4g%s.', self.key, start, self._steps, step, self.chance, baseline,
+                 f' (outputs that say nothing score {self.ceiling:.4g})' if baseline < start else '')
+    return baseline
+
   def _last_healthy_loop(self, smoothed: float) -> Optional[int]:
     """Where the last loop before the bad ones ended: the checkpoints up to it predate the trouble."""
-    limit = min(self.FACTOR * self.chance, smoothed) if smoothed > self.chance else self.chance
+    base = self.baseline if self.baseline is not None else self.chance
+    limit = min(self.FACTOR * base, smoothed) if smoothed > base else base
     for end, _, value, spread in reversed(self._loops):
       bad = spread is not None and spread < self.COLLAPSED if self.collapsed else value > limit
       if not bad:
@@ -249,7 +272,10 @@ class DivergenceGuard(LoopHook):
               f'{self.COLLAPSED:g} ({self.spread_key}) at {self.PATIENCE} checks in a row, so it answers every input '
               f'alike; {self.key} {self.history[-1][1]:.4g}')
     else:
-      what = (f'{self.key} {self.history[-1][1]:.4g} (the mean of the last {self.window}+ steps) exploded at '
+      what = (f'{self.key} {self.history[-1][1]:.4g} (the mean of the last {self._steps} steps) exploded at '
               f'{self.PATIENCE} checks in a row')
-    return (f'Training diverged at step {step}: {what}, against {self.chance:.3g} for a uniform guess{best}. '
+    base = self.baseline if self.baseline is not None else self.chance
+    against = (f'{self.chance:.3g} for a uniform guess' if base == self.chance else
+               f'{base:.3g}, where the run started ({self.chance:.3g} for a uniform guess)')
+    return (f'Training diverged at step {step}: {what}, against {against}{best}. '
             f'{self.key} by step: {shown}. {before}. {self.advice}'.rstrip())

@@ -1,7 +1,7 @@
 """What each evaluation adds beside top-1/top-5: per-class metrics, the confusion-matrix image and the list of
 misclassified images (an Estimator eval hook, so train_and_eval, continuous and one-shot eval all get them).
 
-The confusion matrix is summed exactly inside the compiled eval step (resnet_model_fn.confusion_matrix) over every
+The confusion matrix is summed exactly inside the compiled eval step (the single-label task: resnet/task/single_label.py) over every
 replica and worker; this hook turns it into numbers, an image and files on the host. The misclassified list comes
 from per-example predictions joined on the host with the file names, which never enter the step; each worker lists
 the images it evaluated (the chief's file has no suffix).

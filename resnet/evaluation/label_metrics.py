@@ -17,6 +17,7 @@ BINS = 1024
 LOGIT_LIMIT = 16.0
 WIDTH = 2 * LOGIT_LIMIT / BINS
 HALF = BINS // 2   # the edge at logit 0: probability 0.5
+HISTOGRAMS = 'label_score_histograms'   # the eval sum of the histograms: [2, K, BINS]
 
 
 def score_bins(logits: np.ndarray) -> np.ndarray:

@@ -2,7 +2,8 @@
 F1 at 0.5 and at thresholds tuned on this evaluation, per class, into ``<eval>_results.json`` and TensorBoard (the
 scalars, and a precision-recall curve per class and pooled). ``label_thresholds`` in the results (and each
 evaluated step's in model_dir/label_thresholds.json) are what predict and export decide with
-(``decision_thresholds``): each class's F1-best threshold on the validation split.
+(``decision_thresholds``, which the multi-label task sets in what it serves): each class's F1-best threshold on
+the validation split.
 """
 import json
 import os
@@ -12,13 +13,11 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from official_input import resnet_preprocessing
 from resnet.estimator import best_checkpoint
-from resnet.estimator import checkpoints
 from resnet.estimator import files
 from resnet.estimator import hooks as hooks_lib
-from resnet.estimator.spec import ModeKeys
 from resnet.evaluation import label_metrics
-from resnet.training import multi_label
 
 # Per-class PR curves in TensorBoard for up to this many classes (the pooled one always).
 MAX_CURVES = 100
@@ -40,7 +39,7 @@ class MultiLabelReport(hooks_lib.EvalHook):
                     if estimator.is_chief and name == 'eval' else None)
 
   def end(self, results: Mapping[str, Any], sums: Mapping[str, np.ndarray]) -> hooks_lib.EvalReport:
-    hists = sums[multi_label.HISTOGRAMS]
+    hists = sums[label_metrics.HISTOGRAMS]
     out = label_metrics.report(hists, self.class_names)
     out['label_thresholds_tuned_on'] = self.tuned_on
     logging.info('Multi-label eval: mAP=%.4f micro_AP=%.4f; at 0.5: micro_f1=%.4f macro_f1=%.4f; at the tuned '
@@ -74,36 +73,20 @@ def _pr_curves(hists: np.ndarray, names: List[str]) -> dict:
   return {tag: (curve, metadata.create_summary_metadata(tag, '', curve.shape[1])) for tag, curve in curves.items()}
 
 
-def use_decision_thresholds(estimator, params: Mapping[str, Any], checkpoint: Optional[str] = None,
-                            best: bool = False, averaged: bool = True,
-                            single_view: bool = False) -> Optional[List[float]]:
-  """Sets the thresholds predict and export decide with, for ``checkpoint`` (default: the latest; ``best``:
-  model_dir/best/'s) and returns them; None for a single-label run. ``averaged``: whether what is served holds the
-  moving-average weights (when the run keeps them); ``single_view``: whether it serves one view whatever ``tta`` is
-  (exports): a warning says when the thresholds were tuned on something else."""
-  if not multi_label.enabled(params):
-    return None
-  estimator.build(ModeKeys.PREDICT)
-  path = checkpoint or estimator.latest_checkpoint()
-  step = checkpoints.checkpoint_step(path) if path else None
-  thresholds, source, tuned_on = decision_thresholds(params['model_dir'], step, params['num_label_classes'], best)
-  estimator.scope.get(multi_label.THRESHOLDS).assign(thresholds)
-  logging.info('Multi-label decisions: per-class thresholds %s: %s', source,
-               ', '.join(f'{t:.3f}' for t in thresholds[:20]) + (', ...' if len(thresholds) > 20 else ''))
-  served = served_view(params, averaged, single_view)
+def warn_if_served_differs(tuned_on: Mapping[str, str], served: Mapping[str, str]) -> None:
+  """A warning when the thresholds were tuned on other weights or views than those served (``served_view``)."""
   differs = {k: (v, served[k]) for k, v in tuned_on.items() if k in served and served[k] != v}
   if differs:
     logging.warning('The thresholds were tuned on %s, but this serves %s: its decisions may be off. Evaluate what '
                     'you serve (e.g. export_moving_average=true, or tta=none) for thresholds that fit it.',
                     ', '.join(f'{k}={a}' for k, (a, _) in differs.items()),
                     ', '.join(f'{k}={b}' for k, (_, b) in differs.items()))
-  return thresholds
 
 
 def served_view(params: Mapping[str, Any], averaged: bool = True, single_view: bool = False) -> Dict[str, str]:
   """What an evaluation, predict or export with these params scores: the weights and the test-time views."""
   weights = 'moving_average' if params['moving_average_decay'] and averaged else 'trained'
-  return {'weights': weights, 'tta': 'none' if single_view else params['tta']}
+  return {'weights': weights, 'tta': resnet_preprocessing.served_tta(params, deployed=single_view)}
 
 
 def decision_thresholds(model_dir: str, step: Optional[int], num_classes: int,

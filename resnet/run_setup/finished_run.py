@@ -20,6 +20,7 @@ from absl import logging
 from official_input import dataset_info
 from params import merging
 from params import resnet_config
+from resnet.evaluation import class_names
 from resnet.run_dir import model_dir as model_dir_lib
 from resnet.estimator import checkpoints
 from resnet.estimator import files
@@ -107,7 +108,14 @@ def fills(given: Set[str]) -> Tuple[merging.Fill, merging.Fill]:
 
 def check_data(params: Mapping[str, Any], mode: str) -> None:
   """Synthetic data is never a silent stand-in for a run's real data: eval, or predict without images, of a run that
-  trained on records, with no data_dir now, is refused before anything is written to the run."""
+  trained on records, with no data_dir now, is refused before anything is written to the run. Predict's class names
+  must be the training run's (class_names.check_class_names_against_training)."""
+  _check_real_data(params, mode)
+  if mode == 'predict':
+    class_names.check_class_names_against_training(params, model_dir_lib.recorded_params(params['model_dir']))
+
+
+def _check_real_data(params: Mapping[str, Any], mode: str) -> None:
   reads_records = mode == 'eval' or (mode == 'predict' and not params['predict_input'])
   if not reads_records or not dataset_info.is_synthetic(params['data_dir']):
     return

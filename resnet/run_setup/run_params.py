@@ -21,6 +21,7 @@ from params import merging
 from params import model_config
 from params import resnet_config
 from resnet.run_setup import finished_run
+from resnet.task import tasks
 from resnet.run_dir import model_dir as model_dir_lib
 from resnet.run_dir import params_files
 from resnet.estimator import checkpoints
@@ -78,7 +79,13 @@ def balanced_class_weights(values: Mapping[str, Any]) -> list:
   if info is None:
     raise ValueError(f"class_weights=balanced takes the per-class training counts from data_dir/summary.json, and "
                      f"data_dir={values['data_dir']!r} has none: give class_weights as a list, one weight per class.")
-  weights = dataset_info.balanced_class_weights(info, values['num_label_classes'])
+  counts = dataset_info.model_class_counts(info, values['num_label_classes'])
+  if counts is None:
+    raise ValueError(f"class_weights=balanced needs the per-class training counts of {info.summary_path} "
+                     "(splits.train.per_class), which it does not record for the model's "
+                     f"num_label_classes={values['num_label_classes']}: re-run `python -m tools.imagenet_to_gcs`, or "
+                     'give class_weights as a list, one weight per class.')
+  weights = tasks.for_params(values).balanced_class_weights(counts, info.num_train_images or 0)
   names = dataset_info.model_class_names(os.path.join(info.data_dir, dataset_info.LABELS_FILE),
                                          values['num_label_classes']) or [str(i) for i in range(len(weights))]
   shown = ', '.join(f'{name}={w:.4g}' for name, w in list(zip(names, weights))[:20])

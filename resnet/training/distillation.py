@@ -24,6 +24,7 @@ from params import resnet_config
 from params.model_config import ModelConfig
 from resnet.run_dir import model_dir as model_dir_lib
 from resnet.model import resnet_model
+from resnet.task import tasks
 from resnet.weights import foreign_weights
 from resnet.weights import warm_start
 
@@ -56,9 +57,9 @@ def teacher_config(params: Mapping[str, Any]) -> Tuple[ModelConfig, str, bool]:
     recorded = model_dir_lib.recorded_params(directory) or {}
     if recorded:
       source = f'the run of {path} ({os.path.join(directory, model_dir_lib.PARAMS_FILE)})'
-      if recorded.get('task') == 'multi_label':
-        raise ValueError(f'teacher_checkpoint: {source} is a multi-label model (a sigmoid per class), but '
-                         "distillation's soft term is a softmax over the classes: name a single-label teacher.")
+      refusal = tasks.for_params(recorded).teacher_refusal
+      if refusal:
+        raise ValueError(f'teacher_checkpoint: {source} is {refusal}.')
       values = {key: recorded[key] for key in resnet_config.MODEL_PARAMS if recorded.get(key) is not None}
       moving_average = bool(recorded.get('moving_average_decay'))   # what that run's eval read
     else:

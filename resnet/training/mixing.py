@@ -42,12 +42,6 @@ class MixConfig:
     return cls(**{f.name: params[f.name] for f in dataclasses.fields(cls)})
 
 
-def smoothed_one_hot(labels: tf.Tensor, num_classes: int, smoothing: float) -> tf.Tensor:
-  """Keras' label smoothing: ``(1 - s) * one_hot + s / num_classes``; negative (padding) labels give class 0."""
-  one_hot = tf.one_hot(tf.maximum(labels, 0), num_classes, dtype=tf.float32)
-  return one_hot * (1.0 - smoothing) + smoothing / num_classes if smoothing else one_hot
-
-
 def mix_seed(step: tf.Tensor, random_seed: Optional[int]) -> tf.Tensor:
   """A stateless seed [2] for this step on this replica."""
   seed = tf.constant([random_seed or 0, MIX_SEED_SALT], tf.int64)

@@ -1,13 +1,14 @@
 """ResNet's model_fn: model, loss, optimizer, learning rate and metrics, for the Estimator.
 
+What the labels mean (targets, class weights, the loss, eval's metrics, predictions) is the run's task's
+(resnet/task/: ``tasks.for_params``); this module composes it with the model, the optimizer and the step.
 The reference's recipe: softmax cross-entropy with label smoothing; weight decay ``wd * sum(w^2)/2`` over every
 non-normalisation variable (conv kernels, dense kernel and bias); TF1 Nesterov momentum, or LARS (which applies
 the weight decay itself); per-replica batch norm; optional moving averages of the weights; eval metrics
-top_1_accuracy, top_5_accuracy and loss. Precision follows ``params['precision']``: bfloat16 and float16 run the
+top_1_accuracy, top_5_accuracy and loss (single-label). Precision follows ``params['precision']``: bfloat16 and float16 run the
 network in 16 bits with float32 variables and logits; float16 adds dynamic loss scaling.
 
 Everything inside the replica step is TPU-clean: numeric dtypes only (no float64, no strings) and static shapes.
-(The label range check is an Assert: XLA compiles it to nothing, so on TPUs the input pipeline's check is the one.)
 """
 import contextlib
 import math
@@ -19,16 +20,16 @@ import tensorflow as tf
 
 from official_input import resnet_preprocessing
 from params.model_config import ModelConfig
+from resnet.task import tasks
 from resnet.training import distillation
-from resnet.weights import ema as ema_lib
 from resnet.training import fine_tuning
 from resnet.training import lr_schedules
 from resnet.training import mixing
-from resnet.training import multi_label
 from resnet.training import optimizers
 from resnet.model import resnet_model
 from resnet.model import layers
 from resnet.model import tf1_names
+from resnet.weights import ema as ema_lib
 from resnet.estimator.spec import EstimatorSpec, ModeKeys, ObjectScope, RunParams, ServingInput
 
 MODEL, OPTIMIZER = 'model', 'optimizer'
@@ -107,62 +108,10 @@ def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
                                   for v in tf1_names.weight_decay_variables(model, params['weight_decay_biases'])])
 
 
-def _softmax_cross_entropy(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
-  """Cross-entropy ``-sum(targets * log_softmax(logits))`` against (soft) targets [B, K]: label-smoothed one-hots,
-  scaled by class weights and mixed by mixup/CutMix in training. Targets summing to w give w times the loss, and
-  w times its gradient (``w * softmax - targets``).
-
-  Not ``keras.losses.categorical_crossentropy`` or ``tf.nn.softmax_cross_entropy_with_logits``: TensorFlow's fused
-  kernel behind them returns ``softmax - targets`` as the gradient, right only for targets that sum to 1, so
-  class-weighted targets trained on a wrong gradient unless deterministic ops (a random_seed) swapped the kernel.
-  """
-  return -tf.reduce_sum(targets * tf.nn.log_softmax(tf.cast(logits, tf.float32)), axis=-1)
-
-
-def _binary_cross_entropy(logits: tf.Tensor, targets: tf.Tensor, threshold: Optional[float]) -> tf.Tensor:
-  """timm's BinaryCrossEntropy: a sigmoid per class against the targets, averaged over the classes. A target row
-  sums to its example's weight w (1 without class weights; mixing keeps sums linear), so the loss is w times the
-  BCE of the row / w: class weights weigh examples, as in the softmax loss. ``threshold`` (timm's
-  target_threshold) binarises the smoothed, mixed targets."""
-  weight = tf.reduce_sum(targets, axis=-1)
-  targets = targets / tf.maximum(weight, 1e-12)[:, None]
-  if threshold:
-    targets = tf.cast(targets > threshold, tf.float32)
-  per_class = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=tf.cast(logits, tf.float32))
-  return weight * tf.reduce_mean(per_class, axis=-1)
-
-
 def per_example_loss(logits: tf.Tensor, targets: tf.Tensor, params: Mapping[str, Any],
                      weighted: bool = False) -> tf.Tensor:
-  """The ``loss`` param's loss of each example against its targets (see _targets). Multi-label: ``weighted``
-  (training) weighs each class's positives by its class weight; single-label targets carry their weights."""
-  if multi_label.enabled(params):
-    return multi_label.per_example_loss(logits, targets, params['bce_target_threshold'],
-                                        class_weight_vector(params) if weighted else None)
-  if params['loss'] == 'binary_cross_entropy':
-    return _binary_cross_entropy(logits, targets, params['bce_target_threshold'])
-  return _softmax_cross_entropy(logits, targets)
-
-
-def _targets(labels: tf.Tensor, params: Mapping[str, Any]) -> tf.Tensor:
-  if multi_label.enabled(params):
-    return multi_label.targets(labels, params['label_smoothing'])
-  return mixing.smoothed_one_hot(labels, params['num_label_classes'], params['label_smoothing'])
-
-
-def class_weight_vector(params: Mapping[str, Any]) -> Optional[tf.Tensor]:
-  """class_weights as a [num_label_classes] float32 constant, or None when unset (params validation checked one
-  per class; run_params resolved 'balanced')."""
-  weights = params['class_weights']
-  return None if weights is None else tf.constant(weights, tf.float32)
-
-
-def _check_labels(labels: tf.Tensor, num_classes: int) -> tf.Tensor:
-  """Labels past the head would one-hot to zeros and train silently on nothing: fail loudly instead."""
-  message = (f'a label >= num_label_classes={num_classes}: the data has more classes than the model. '
-             f'Set num_label_classes to the number of classes in labels.txt (1001 keeps a background class).')
-  with tf.control_dependencies([tf.debugging.assert_less(labels, num_classes, message=message)]):
-    return tf.identity(labels)
+  """The task's loss of each example against its targets; ``weighted``: training's, with the class weights."""
+  return tasks.for_params(params).per_example_loss(logits, targets, training=weighted)
 
 
 def _images(features: Any) -> tf.Tensor:
@@ -179,9 +128,9 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
   model = scope.get_or_create(MODEL, lambda: build_model(params))
   if params['moving_average_decay']:
     scope.get_or_create(ema_lib.CHECKPOINT_NAME, lambda: ema_lib.ModelEMA(model, params['moving_average_decay']))
-  if mode == ModeKeys.PREDICT and multi_label.enabled(params):  # set by the application from the run's eval
-    scope.get_or_create(multi_label.THRESHOLDS,
-                        lambda: multi_label.thresholds_variable(params['num_label_classes']), saved=False)
+  task = tasks.for_params(params)
+  if mode == ModeKeys.PREDICT:
+    task.predict_objects(scope)
   if mode == ModeKeys.TRAIN:
     scope.get_or_create(OPTIMIZER, lambda: build_optimizer(params, model))
     if distillation.enabled(params):  # read from its source at every start: never saved with the student
@@ -192,38 +141,14 @@ def resnet_model_fn(features: Any, labels: Optional[tf.Tensor], mode: str,
   images = _images(features)
 
   if mode == ModeKeys.PREDICT:
-    logits = inference_logits(model, images, params)
-    if multi_label.enabled(params):
-      return EstimatorSpec(mode, predictions=multi_label.predictions(logits, scope.get(multi_label.THRESHOLDS)))
-    return EstimatorSpec(mode, predictions={'classes': tf.argmax(logits, axis=-1),
-                                            'probabilities': tf.nn.softmax(logits)})
+    return EstimatorSpec(mode, predictions=task.predictions(inference_logits(model, images, params), scope))
   if mode == ModeKeys.TRAIN:
     return _train_step(scope, images, labels, params)
 
   logits = inference_logits(model, images, params)
-  if multi_label.enabled(params):
-    per_example = per_example_loss(logits, _targets(labels, params), params) + _weight_decay(model, params)
-    metrics, sums = multi_label.eval_metrics(logits, labels, per_example)
-    return EstimatorSpec(mode, eval_metrics=metrics, eval_sums=sums)
-  weights = tf.cast(labels >= 0, tf.float32)  # padding of the last batch has label -1
-  safe_labels = tf.maximum(labels, 0)
-  num_classes = params['num_label_classes']
-  per_example = per_example_loss(logits, _targets(labels, params), params)
-  predicted = tf.argmax(logits, -1, output_type=tf.int32)
-  top_1 = tf.cast(tf.equal(predicted, safe_labels), tf.float32)
-  top_5 = tf.cast(tf.math.in_top_k(safe_labels, logits, min(5, num_classes)), tf.float32)
-  count = tf.reduce_sum(weights)
-  sums, outputs = {}, {}
-  if per_class_metrics(params):
-    sums['confusion_matrix'] = confusion_matrix(safe_labels, predicted, weights, num_classes)
-  if params['max_misclassified_rows']:
-    outputs = {'predicted': predicted,
-               'probability': tf.reduce_max(tf.nn.softmax(tf.cast(logits, tf.float32)), axis=-1)}
-  return EstimatorSpec(mode, eval_metrics={
-      'top_1_accuracy': (tf.reduce_sum(top_1 * weights), count),
-      'top_5_accuracy': (tf.reduce_sum(top_5 * weights), count),
-      'loss': (tf.reduce_sum((per_example + _weight_decay(model, params)) * weights), count),
-  }, eval_sums=sums, eval_outputs=outputs)
+  per_example = task.per_example_loss(logits, task.targets(labels)) + _weight_decay(model, params)
+  metrics, sums, outputs = task.eval_parts(logits, labels, per_example)
+  return EstimatorSpec(mode, eval_metrics=metrics, eval_sums=sums, eval_outputs=outputs)
 
 
 def inference_logits(model: keras.Model, images: tf.Tensor, params: RunParams) -> tf.Tensor:
@@ -233,9 +158,9 @@ def inference_logits(model: keras.Model, images: tf.Tensor, params: RunParams) -
   loss and predict then read the average. Views: flip = the image and its mirror image; five_crop = the centre and
   the four corner S x S crops of the larger image the input gives (resnet_preprocessing.eval_view); ten_crop = those
   and their mirror images. A SavedModel serves the single view (its TFLite and ONNX files are checked against it)."""
-  if params['tta'] == 'none' or params.context.exporting:
+  if resnet_preprocessing.served_tta(params, deployed=params.context.exporting) == 'none':
     return model(images, training=False)
-  views = tta_views(images, params)
+  views = resnet_preprocessing.tta_views(images, params)
   count = len(views)
   logits = model(tf.concat(views, axis=0), training=False)   # one call: views are equal-sized batches
   views = tf.stack(tf.split(tf.cast(logits, tf.float32), count, axis=0))
@@ -247,33 +172,6 @@ def inference_logits(model: keras.Model, images: tf.Tensor, params: RunParams) -
   return log_mean(tf.nn.log_softmax(views))
 
 
-def tta_views(images: tf.Tensor, params: Mapping[str, Any]) -> List[tf.Tensor]:
-  """The TTA views of a batch [B, H, W, C] (W is axis 2, which a mirror image reverses)."""
-  mirror = lambda x: tf.reverse(x, axis=[2])
-  if params['tta'] == 'flip':
-    return [images, mirror(images)]
-  size = resnet_preprocessing.image_size(params, training=False)
-  pad = images.shape[1] - size
-  if pad < 0 or images.shape[2] != images.shape[1]:
-    raise ValueError(f'tta={params["tta"]} crops {size} x {size} views from the larger square images the input '
-                     f'gives (resnet_preprocessing.eval_view), got images of shape {images.shape}.')
-  corners = [(pad // 2, pad // 2), (0, 0), (0, pad), (pad, 0), (pad, pad)]   # the centre first
-  crops = [images[:, y:y + size, x:x + size, :] for y, x in corners]
-  return crops + [mirror(crop) for crop in crops] if params['tta'] == 'ten_crop' else crops
-
-
-def per_class_metrics(params: Mapping[str, Any]) -> bool:
-  """Whether eval keeps a confusion matrix: a [C, C] sum per step, so up to per_class_max_classes classes."""
-  return 0 < params['num_label_classes'] <= params['per_class_max_classes']
-
-
-def confusion_matrix(labels: tf.Tensor, predicted: tf.Tensor, weights: tf.Tensor, num_classes: int) -> tf.Tensor:
-  """[true, predicted] counts of the batch, float32: one-hot rows (weighted: padding 0) times one-hot columns. A
-  matmul, not a scatter: static shapes for TPUs, and exact (0/1 products summed in float32, below 2**24)."""
-  true = tf.one_hot(labels, num_classes, dtype=tf.float32) * weights[:, None]
-  return tf.matmul(true, tf.one_hot(predicted, num_classes, dtype=tf.float32), transpose_a=True)
-
-
 def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params: RunParams) -> EstimatorSpec:
   model, optimizer = scope.get(MODEL), scope.get(OPTIMIZER)
   step = params.context.global_step
@@ -282,16 +180,11 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   if keep_prob_var is not None:
     keep_prob_var.assign(layers.scheduled_dropblock_keep_prob(step, params['train_steps'],
                                                                     params['dropblock_keep_prob']))
-  if not multi_label.enabled(params):  # multi-hot rows hold no ids (the input pipeline checked them)
-    labels = _check_labels(labels, params['num_label_classes'])
+  task = tasks.for_params(params)
+  labels = task.check_labels(labels)
   lr = lr_schedules.learning_rate(step, params)
   optimizer.learning_rate.assign(lr)
-  targets = _targets(labels, params)
-  class_weights = class_weight_vector(params)
-  if class_weights is not None and not multi_label.enabled(params):  # multi-label: in the loss, on positives
-    # Cross-entropy is linear in its targets: scaling an example's targets by its class weight scales its loss,
-    # and mixup/CutMix then give lam * w_a * CE_a + (1 - lam) * w_b * CE_b, the weighted loss of each source.
-    targets = targets * tf.gather(class_weights, labels)[:, None]
+  targets = task.targets(labels, training=True)   # with the class weights where the task puts them
   mix = mixing.MixConfig.from_params(params)
   if mix.enabled:
     images, targets = mixing.mix(images, targets, mix, mixing.mix_seed(step, params['random_seed']))
@@ -347,15 +240,15 @@ def _data_loss(scope: ObjectScope, params: Mapping[str, Any]) -> LossOf:
   against the labels alone (the CROSS_ENTROPY scalar, which the divergence guard reads). A distillation teacher
   answers the same (mixed) images there, one micro-batch at a time under gradient accumulation."""
   teacher = scope.get(distillation.TEACHER)
+  task = tasks.for_params(params)
 
   def loss_of(images: tf.Tensor, logits: tf.Tensor, targets: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    task = per_example_loss(logits, targets, params, weighted=True)
-    task_sum = tf.reduce_sum(task)
+    hard = task.per_example_loss(logits, targets, training=True)
+    task_sum = tf.reduce_sum(hard)
     if teacher is None:
       return task_sum, task_sum
     soft = distillation.soft_loss(logits, distillation.teacher_logits(teacher, images), params['distill_temperature'])
-    weights = tf.reduce_sum(targets, axis=-1)   # each example's class weight (1 without)
-    return tf.reduce_sum(distillation.combine(task, soft, weights, params)), task_sum
+    return tf.reduce_sum(distillation.combine(hard, soft, task.example_weights(targets), params)), task_sum
   return loss_of
 
 

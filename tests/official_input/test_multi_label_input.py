@@ -55,8 +55,9 @@ def _multi_hot(lists):
 def test_the_data_says_it_is_multi_label_and_counts_positives(data_dir):
   info = dataset_info.read_dataset_info(data_dir)
   assert info.task == 'multi_label' and info.train_class_counts == (4, 5, 3, 3)
-  # 'balanced' weighs each class's positives by its negatives / positives.
-  assert dataset_info.balanced_class_weights(info, CLASSES) == [1.0, 0.6, round(5 / 3, 6), round(5 / 3, 6)]
+  assert dataset_info.model_class_counts(info, CLASSES) == [4, 5, 3, 3]
+  assert dataset_info.model_class_counts(info, CLASSES + 1) == [0, 4, 5, 3, 3]   # a background class 0
+  assert dataset_info.model_class_counts(info, CLASSES + 2) is None              # counts of other classes
 
 
 @pytest.mark.parametrize('batch_size', [3, 16])  # 16: one batch holding the bad records (the per-record path)

@@ -343,3 +343,19 @@ def test_the_centre_of_the_multi_crop_view_is_the_usual_eval_image():
   assert full.shape == (37, 37, 3)
   np.testing.assert_allclose(full[2:34, 2:34], usual, atol=6.0)   # pad 5: the centre crop starts at 2
   assert np.abs(full[:2, :2] - usual[:2, :2]).mean() > 3.0        # the corners see more of the image
+
+
+def test_multi_crop_views_are_the_centre_and_corner_crops_and_their_mirrors():
+  """eval_view pads 14 px views to 16 (round(14 / 7)); the crops are taken from there, and nothing else fits."""
+  images = tf.reshape(tf.range(2 * 16 * 16 * 1, dtype=tf.float32), [2, 16, 16, 1])
+  params = {'tta': 'ten_crop', 'image_size': 14, 'eval_image_size': None}
+  views = rp.tta_views(images, params)
+  assert len(views) == 10 and all(v.shape == (2, 14, 14, 1) for v in views)
+  x = images.numpy()
+  for view, (y0, x0) in zip(views[:5], [(1, 1), (0, 0), (0, 2), (2, 0), (2, 2)]):
+    np.testing.assert_array_equal(view.numpy(), x[:, y0:y0 + 14, x0:x0 + 14])
+  for crop, mirrored in zip(views[:5], views[5:]):
+    np.testing.assert_array_equal(mirrored.numpy(), crop.numpy()[:, :, ::-1])
+  assert len(rp.tta_views(images, dict(params, tta='five_crop'))) == 5
+  with pytest.raises(ValueError, match='16 x 16 images the input gives'):
+    rp.tta_views(images[:, :15, :15], params)

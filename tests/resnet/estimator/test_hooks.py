@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from resnet.estimator import hooks as hooks_lib
-from resnet.training import divergence
+from resnet.task import tasks
 from tests.helpers import toy
 from tests.helpers import procs
 
@@ -35,10 +35,31 @@ def test_an_exploding_loss_stops_after_two_checks_naming_step_history_and_fixes(
     _feed(guard, [1.4, 1.2, 0.9, 5.0, 25.0, 800.0])
   message = str(error.value)
   # The mean of the last 20 steps after the warm-up passes 3 ln 4 at step 50 (15) and stays above it at step 60.
-  assert message.startswith('Training diverged at step 60: cross_entropy 412.5 (the mean of the last 20+ steps) '
+  assert message.startswith('Training diverged at step 60: cross_entropy 412.5 (the mean of the last 20 steps) '
                             'exploded at 2 checks in a row, against 1.39 for a uniform guess'), message
   assert 'by step: 30: 0.9, 40: 2.95, 50: 15, 60: 412.5' in message
   assert message.endswith('Checkpoints up to step 30 predate it. Try a lower base_lr.')
+
+
+def test_a_run_that_starts_above_chance_is_judged_against_its_start_up_to_the_ceiling():
+  """A 1000-class BCE head copied from a softmax run starts at ~ln 2 per class, 90x the prior's chance 0.0079:
+  flat at 0.6985 it is no divergence (the old guard stopped it at step 4: 20x chance before its window filled)."""
+  chance, ceiling = (1 + math.log(1000)) / 1000, math.log(2)
+  guard = hooks_lib.DivergenceGuard(chance, after_step=0, key='cross_entropy', ceiling=ceiling)
+  _feed(guard, [0.6986, 0.6985, 0.6985] + [0.6984] * 30, start=2, every=2)
+  assert guard.exploded == 0 and guard.baseline == pytest.approx(ceiling)
+  # It still stops when the loss then explodes from there, and the message says what it compared with.
+  with pytest.raises(hooks_lib.LossExplodedError) as error:
+    _feed(guard, [0.69] * 30 + [5.0] * 30, start=70, every=2)
+  assert f'against 0.693, where the run started ({chance:.3g} for a uniform guess)' in str(error.value)
+  # An explosion from the very start is judged against the ceiling, not the exploded start.
+  guard = hooks_lib.DivergenceGuard(chance, after_step=0, key='cross_entropy', ceiling=ceiling)
+  with pytest.raises(hooks_lib.LossExplodedError, match=r'\(the mean of the last 4 steps\)'):
+    _feed(guard, [40.0, 60.0], start=2, every=2)
+  # A run that starts below chance keeps chance as its baseline.
+  guard = hooks_lib.DivergenceGuard(CHANCE, after_step=0, key='cross_entropy', ceiling=10.0)
+  _feed(guard, [1.2])
+  assert guard.baseline == CHANCE
 
 
 def test_exploded_checks_count_across_train_calls():
@@ -159,8 +180,8 @@ def test_the_estimator_stops_before_saving_the_exploded_loop_and_keeps_earlier_c
 
 
 def test_a_weighted_explosion_stops_against_the_real_chance():
-  chance, _ = divergence.uniform_guess_loss(dict(num_label_classes=2, class_weights=[1.0, 100.0],
-                                                 class_weight_normalization='batch_size'), [0.99, 0.01])
+  chance, _ = tasks.for_params(dict(num_label_classes=2, class_weights=[1.0, 100.0],
+                                    class_weight_normalization='batch_size')).chance_loss([99, 1], 100)
   guard = hooks_lib.DivergenceGuard(chance, after_step=0, key='cross_entropy', window=10)
   with pytest.raises(hooks_lib.LossExplodedError):
     _feed(guard, [1.2, 1.1, 9.0, 14.0, 30.0])   # far below the old threshold of 3 x 35

@@ -16,62 +16,6 @@ CHANCE = math.log(4)
 FIXTURES = os.path.join(procs.ROOT, 'tests', 'fixtures')
 
 
-def test_a_uniform_guess_scores_ln_k_times_the_frequency_weighted_class_weight():
-  """Binary, 1% positives, weights [1, 100]: ln 2 x (0.99 + 1.00) = 1.38 (the old guard assumed 35, so a weighted
-  run could explode unnoticed); 'balanced' on a 100-class long tail: ln 100 = 4.6 (the old guard assumed 22)."""
-  base = dict(num_label_classes=2, class_weights=[1.0, 100.0], class_weight_normalization='batch_size')
-  chance, how = divergence.uniform_guess_loss(base, [0.99, 0.01])
-  assert chance == pytest.approx(math.log(2) * 1.99) and 'mean class weight 1.99' in how
-  assert divergence.uniform_guess_loss({**base, 'class_weight_normalization': 'weight_sum'}, [0.99, 0.01])[0] == \
-      pytest.approx(math.log(2))
-  counts = [1000 // (c + 1) for c in range(100)]
-  balanced = [sum(counts) / (100 * n) for n in counts]
-  frequencies = [n / sum(counts) for n in counts]
-  params = dict(num_label_classes=100, class_weights=balanced, class_weight_normalization='batch_size')
-  assert divergence.uniform_guess_loss(params, frequencies)[0] == pytest.approx(math.log(100))
-  assert divergence.uniform_guess_loss(dict(params, class_weights=None), None)[0] == pytest.approx(math.log(100))
-  # Without training counts (synthetic labels are uniform): the plain mean.
-  assert divergence.uniform_guess_loss(base, None)[0] == pytest.approx(math.log(2) * 50.5)
-
-
-def test_under_binary_cross_entropy_a_uniform_guess_is_every_sigmoid_at_1_over_k_where_the_head_starts(tmp_path):
-  """Not ln 2 (every sigmoid at 0.5): that is ~90 times a healthy 1000-class BCE loss, and the guard would miss
-  an explosion; nor ln K, the softmax loss's."""
-  from resnet.model import tf1_names  # pylint: disable=import-outside-toplevel
-  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
-  from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
-  bce = dict(num_label_classes=1000, class_weights=None, class_weight_normalization='batch_size',
-             loss='binary_cross_entropy', bce_target_threshold=None)
-  chance, how = divergence.uniform_guess_loss(bce, None)
-  assert chance == pytest.approx((1 + math.log(1000)) / 1000, rel=1e-3) and 'sigmoids at 1/1000' in how
-  # An untrained head's logits are the prior's, and score it on a one-hot target.
-  params = tiny.resnet_params(tmp_path, num_label_classes=4, loss='binary_cross_entropy')
-  bias = tf1_names.tf1_variable_map(resnet_model_fn.build_model(params))['dense/bias'].numpy()
-  assert bias == pytest.approx([-math.log(3)] * 4)
-  loss = resnet_model_fn.per_example_loss(tf.constant([bias]), tf.constant([[0.0, 1.0, 0.0, 0.0]]), params)
-  assert float(loss[0]) == pytest.approx(divergence.uniform_guess_loss(dict(bce, num_label_classes=4), None)[0])
-  softmax = tiny.resnet_params(tmp_path, num_label_classes=4)
-  assert not tf1_names.tf1_variable_map(resnet_model_fn.build_model(softmax))['dense/bias'].numpy().any()
-  weighted = dict(bce, num_label_classes=2, class_weights=[1.0, 100.0])
-  assert divergence.uniform_guess_loss(weighted, [0.99, 0.01])[0] == pytest.approx(math.log(2) * 1.99)
-
-
-def test_multi_label_chance_is_a_guess_of_each_classs_rate_positives_weighted():
-  """A 17-class Planet-like rate of 0.17: ~0.46 per class (not ln 2 = 0.69, nor the one-label 1/K prior's 0.23);
-  with positive weights negatives / positives the positives weigh as much as the negatives."""
-  rates = [0.17] * 17
-  params = dict(task='multi_label', num_label_classes=17, class_weights=None, class_weight_normalization='batch_size')
-  entropy = -(0.17 * math.log(0.17) + 0.83 * math.log(0.83))
-  chance, how = divergence.uniform_guess_loss(params, rates)
-  assert chance == pytest.approx(entropy) and "each class's rate" in how
-  weighted = dict(params, class_weights=[0.83 / 0.17] * 17)
-  assert divergence.uniform_guess_loss(weighted, rates)[0] == pytest.approx(-0.83 * math.log(0.17 * 0.83))
-  # Without per-class counts: the one-label prior 1/K, the binary cross-entropy chance above.
-  bce = dict(num_label_classes=17, class_weights=None, class_weight_normalization='batch_size',
-             loss='binary_cross_entropy')
-  assert divergence.uniform_guess_loss(params, None)[0] == pytest.approx(divergence.uniform_guess_loss(bce, None)[0])
-
-
 @pytest.mark.slow
 def test_a_diverging_cli_run_exits_with_the_message_keeps_checkpoints_and_exports_nothing(tmp_path):
   from tools import imagenet_to_gcs, make_demo_dataset  # pylint: disable=import-outside-toplevel

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from official_input import resnet_preprocessing
+
 from resnet.training import mixing
 from resnet.training import resnet_model_fn
 from tests.helpers import tiny
@@ -133,21 +135,6 @@ def test_flip_tta_under_binary_cross_entropy_averages_the_sigmoids():
   assert float(loss[0]) == pytest.approx(expected, rel=1e-5)
 
 
-def test_multi_crop_views_are_the_centre_and_corner_crops_and_their_mirrors():
-  images = tf.reshape(tf.range(2 * 7 * 7 * 1, dtype=tf.float32), [2, 7, 7, 1])
-  params = {'tta': 'ten_crop', 'image_size': 5, 'eval_image_size': None}
-  views = resnet_model_fn.tta_views(images, params)
-  assert len(views) == 10 and all(v.shape == (2, 5, 5, 1) for v in views)
-  x = images.numpy()
-  for view, (y0, x0) in zip(views[:5], [(1, 1), (0, 0), (0, 2), (2, 0), (2, 2)]):
-    np.testing.assert_array_equal(view.numpy(), x[:, y0:y0 + 5, x0:x0 + 5])
-  for crop, mirrored in zip(views[:5], views[5:]):
-    np.testing.assert_array_equal(mirrored.numpy(), crop.numpy()[:, :, ::-1])
-  assert len(resnet_model_fn.tta_views(images, dict(params, tta='five_crop'))) == 5
-  with pytest.raises(ValueError, match='larger square images'):
-    resnet_model_fn.tta_views(images[:, :4, :4], params)
-
-
 @pytest.mark.slow
 def test_ten_crop_tta_averages_the_ten_views_in_eval_and_predict_and_the_input_gives_the_larger_view(tmp_path):
   params = tiny.resnet_params(tmp_path, tta='ten_crop', weight_decay=0.0, num_label_classes=3, eval_batch_size=4,
@@ -161,7 +148,7 @@ def test_ten_crop_tta_averages_the_ten_views_in_eval_and_predict_and_the_input_g
   estimator.build('eval')
   estimator.save()   # untrained weights: what predict and eval restore
   model = estimator.scope.get(resnet_model_fn.MODEL)
-  views = resnet_model_fn.tta_views(tf.constant(images), params)
+  views = resnet_preprocessing.tta_views(tf.constant(images), params)
   expected = np.mean([tf.nn.softmax(model(v, training=False)).numpy() for v in views], axis=0)
   single = tf.nn.softmax(model(views[0], training=False)).numpy()
   assert np.max(np.abs(single - expected)) > 1e-3   # the views answer differently

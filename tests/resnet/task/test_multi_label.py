@@ -1,4 +1,5 @@
 """Multi-label training pieces: targets, the loss, the eval step's sums and exact metrics, predictions."""
+import math
 import os
 
 import numpy as np
@@ -6,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from resnet.evaluation import label_metrics
-from resnet.training import multi_label
+from resnet.task import multi_label
+from resnet.task import tasks
 from resnet.estimator import hooks
 from tests.helpers import tiny
 
@@ -117,7 +119,7 @@ def test_single_label_runs_keep_their_loss_and_best_metric(tmp_path):
 
 
 class _Estimator:
-  """What use_decision_thresholds asks of an Estimator."""
+  """What the multi-label task's decisions ask of an Estimator."""
 
   def __init__(self, model_dir):
     self.model_dir = model_dir
@@ -142,6 +144,7 @@ def test_predict_and_export_say_when_they_serve_other_weights_or_views_than_the_
   record = lambda message, *args: lines.append(message % args)
   for level in ('info', 'warning'):   # what absl logs here, whatever other tests did to its handlers
     monkeypatch.setattr(multi_label_report.logging, level, record)
+    monkeypatch.setattr(multi_label.logging, level, record)
   logged = lambda: '\n'.join(lines)
   params = dict(task='multi_label', model_dir=str(tmp_path), num_label_classes=2, moving_average_decay=0.999,
                 tta='flip')
@@ -149,13 +152,14 @@ def test_predict_and_export_say_when_they_serve_other_weights_or_views_than_the_
   assert tuned_on == {'weights': 'moving_average', 'tta': 'flip'}
   multi_label_report.record_thresholds(str(tmp_path), 30, [0.2, 0.7], ['a', 'b'], tuned_on)
   estimator = _Estimator(str(tmp_path))
-  assert multi_label_report.use_decision_thresholds(estimator, params) == [0.2, 0.7]   # predict: what eval scored
+  task = tasks.for_params(params)
+  assert task.decisions(estimator, None) == (0.2, 0.7)   # predict: what eval scored
   assert 'tuned on the validation split at step 30' in logged() and 'but this serves' not in logged()
   np.testing.assert_allclose(estimator.variable.numpy(), [0.2, 0.7])
-  multi_label_report.use_decision_thresholds(estimator, params, averaged=False, single_view=True)   # an export
+  task.decisions(estimator, None, averaged=False, single_view=True)   # an export
   assert 'tuned on weights=moving_average, tta=flip, but this serves weights=trained, tta=none' in logged()
   estimator.latest_checkpoint = lambda: os.path.join(str(tmp_path), 'model.ckpt-40')   # a step not evaluated
-  assert multi_label_report.use_decision_thresholds(estimator, params) == [0.5, 0.5]
+  assert task.decisions(estimator, None) == (0.5, 0.5)
   assert 'no tuned thresholds for this checkpoint' in logged()
 
 
@@ -208,3 +212,46 @@ def test_multi_label_eval_and_predict_are_the_same_on_two_replicas_compiled_with
                              np.stack([p['probabilities'] for p in one[2]]), rtol=1e-3, atol=1e-5)
   np.testing.assert_array_equal(np.stack([p['labels'] for p in one[2]]),
                                 (np.stack([p['probabilities'] for p in one[2]]) >= 0.5).astype(np.int32))
+
+
+def _chance(params, counts, images=None):
+  """The divergence guard's baseline for a task's params and training counts of each class (of ``images``)."""
+  return tasks.for_params(params).chance_loss(counts, images if images is not None else sum(counts or ()))
+
+
+def test_multi_label_chance_is_a_guess_of_each_classs_rate_positives_weighted():
+  """A 17-class Planet-like rate of 0.17: ~0.46 per class (not ln 2 = 0.69, nor the one-label 1/K prior's 0.23);
+  with positive weights negatives / positives the positives weigh as much as the negatives."""
+  counts = [17] * 17   # of 100 training images
+  params = dict(task='multi_label', num_label_classes=17, class_weights=None, class_weight_normalization='batch_size')
+  entropy = -(0.17 * math.log(0.17) + 0.83 * math.log(0.83))
+  chance, how = _chance(params, counts, 100)
+  assert chance == pytest.approx(entropy) and "each class's rate" in how
+  weighted = dict(params, class_weights=[0.83 / 0.17] * 17)
+  assert _chance(weighted, counts, 100)[0] == pytest.approx(-0.83 * math.log(0.17 * 0.83))
+  # Without per-class counts: the one-label prior 1/K, the binary cross-entropy chance above.
+  bce = dict(num_label_classes=17, class_weights=None, class_weight_normalization='batch_size',
+             loss='binary_cross_entropy')
+  assert _chance(params, None)[0] == pytest.approx(_chance(bce, None)[0])
+
+
+def test_balanced_weights_weigh_each_classs_positives_by_its_negatives_over_positives():
+  task = tasks.for_params({'task': 'multi_label', 'num_label_classes': 4})
+  assert task.balanced_class_weights([4, 5, 3, 3], 8) == [1.0, 0.6, round(5 / 3, 6), round(5 / 3, 6)]
+
+
+def test_with_label_smoothing_the_baseline_keeps_the_floor_smoothing_puts_under_every_loss():
+  """200 classes at 0.3%, smoothing 0.1: every target is 0.95 or 0.05, so even a perfect model scores H(0.05) =
+  0.1985 per class; the old baseline (the rate's entropy, 0.0204) called 3 x 0.0204 = 0.061 diverged, below
+  anything a run can reach. The guess is now the mean smoothed target, 0.003 x 0.9 + 0.05."""
+  entropy = lambda p: -(p * math.log(p) + (1 - p) * math.log(1 - p))
+  params = dict(task='multi_label', num_label_classes=200, class_weights=None, label_smoothing=0.1,
+                bce_target_threshold=None)
+  chance, how = _chance(params, [3] * 200, 1000)
+  floor = entropy(0.05)
+  assert chance == pytest.approx(entropy(0.003 * 0.9 + 0.05)) and 'smoothed by 0.1' in how
+  assert chance > floor and 1.1 * floor < hooks.DivergenceGuard.FACTOR * chance
+  # bce_target_threshold binarises the targets again: the rate's entropy.
+  assert _chance(dict(params, bce_target_threshold=0.2), [3] * 200, 1000)[0] == pytest.approx(entropy(0.003))
+  # Outputs that say nothing (logits 0) score ln 2 per class, smoothed or not: the guard's ceiling for a start.
+  assert tasks.for_params(params).uninformed_loss([3] * 200, 1000) == pytest.approx(math.log(2))
