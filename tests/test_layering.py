@@ -242,3 +242,28 @@ def test_no_module_of_the_converter_is_over_400_lines():
   long = {os.path.relpath(p, ROOT): n for p in glob.glob(os.path.join(ROOT, 'tools', 'convert', '*.py'))
           for n in [len(open(p, encoding='utf-8').read().splitlines())] if n > 400}
   assert long == {}
+
+
+TASK_NAMES = ('single_label', 'multi_label')
+# Where a task's name may be written outside resnet/task/: the fill that checks the param against the data's own
+# record of its task (summary.json's "task", written by the converter), before any task object exists.
+TASK_NAME_ALLOWED = ('resnet.run_setup.run_params',)
+
+
+def _task_name_literals(path: str):
+  return [node.value for node in ast.walk(_tree(path))
+          if isinstance(node, ast.Constant) and node.value in TASK_NAMES]
+
+
+def test_no_module_of_the_program_outside_the_task_tells_the_tasks_apart():
+  """resnet/ asks the run's Task (resnet/task/tasks.for_params); only the task package names the tasks."""
+  offending = [f'{name}: {_task_name_literals(path)}' for name, path in _modules().items()
+               if name.startswith('resnet.') and not name.startswith('resnet.task')
+               and name not in TASK_NAME_ALLOWED and _task_name_literals(path)]
+  assert offending == []
+
+
+def test_the_task_name_check_sees_a_comparison(tmp_path):
+  path = tmp_path / 'bad.py'
+  path.write_text("def f(params):\n  return params.get('task') == 'multi_label'\n")
+  assert _task_name_literals(str(path)) == ['multi_label']

@@ -131,17 +131,19 @@ class DivergenceGuard(LoopHook):
   It watches a smoothed loss: the step-weighted mean of the newest loops after ``after_step`` (the warm-up) that
   cover at least ``window`` steps, so that a lucky or unlucky short loop decides nothing, whatever the loop length,
   and the warm-up's own spikes neither. With a full window, the smoothed loss is *exploded* when it is FACTOR times
-  the loss of a uniform guess (``chance``), or back above chance after an earlier window had reached half of it;
-  and the model has *collapsed* when the smoothed spread of its outputs over the batch (``spread_key``) is below
-  COLLAPSED: it answers every input alike. Before the window is full, only an EXTREME loss counts (an explosion
+  the baseline (``chance``, the loss of a uniform guess; see below), or back above chance after an earlier window
+  had reached half of it; and the model has *collapsed* when the smoothed spread of its outputs over the batch
+  (``spread_key``) is below COLLAPSED: it answers every input alike. Before the window is full, only an EXTREME loss counts (an explosion
   would otherwise reach NaN first, with a vaguer message). PATIENCE such decisions in a row (counted across train() calls, so
   across train_and_eval's chunks) stop the run (``stop``: raised before the estimator saves that loop) or log a
   warning.
 
-  The baseline is ``chance`` unless the run starts above it: a head that was not initialised at the chance level (a
-  copied head, a changed loss) starts where its outputs put it and falls from there. So the first decision's smoothed
-  loss, up to ``ceiling`` (the loss of outputs that say nothing, logits 0), becomes the baseline, logged; an
-  explosion from the very start still stands out against the ceiling.
+  The explosion threshold's baseline is ``chance`` unless the run starts above it: a head that was not initialised
+  at the chance level (a copied head, a changed loss) starts where its outputs put it and falls from there. So the
+  loss of a fresh run's first loop (from step 0, warm-up included, before anything could explode), up to
+  ``ceiling`` (the loss of outputs that say nothing, logits 0), becomes the baseline, logged, until the smoothed loss
+  first falls below chance; a resumed run keeps chance. "Back above chance after reaching half of it" always reads
+  chance.
 
   Several workers decide as one: only at loop ends every worker reaches (``Estimator.common_boundary``: a chief's
   profiler may ask for shorter loops than the others run), on the chief's verdict (``Estimator.from_chief``), so they
@@ -159,7 +161,7 @@ class DivergenceGuard(LoopHook):
                spread_key: Optional[str] = None, window: int = WINDOW, ceiling: Optional[float] = None):
     self.chance = float(chance)
     self.ceiling = None if ceiling is None else float(ceiling)
-    self.baseline: Optional[float] = None   # chance, or the run's start up to the ceiling (the first decision)
+    self.baseline = self.chance     # chance, or a fresh run's start up to the ceiling (until below chance)
     self.after_step = after_step
     self.stop = stop
     self.key = key
@@ -199,6 +201,8 @@ class DivergenceGuard(LoopHook):
     value = logs.get(self.key, logs.get('loss'))
     if value is None or not math.isfinite(value):
       return
+    if self._loop_start == 0 and not self._loops and not self.history:   # a fresh run's first loop
+      self.baseline = self._baseline(float(value), step)
     if step <= self.after_step:
       return
     spread = logs.get(self.spread_key) if self.spread_key else None
@@ -216,14 +220,14 @@ class DivergenceGuard(LoopHook):
     if estimator is not None and not estimator.common_boundary(step):
       return
     smoothed, smoothed_spread, self._steps = self._smoothed()
-    if self.baseline is None:
-      self.baseline = self._baseline(smoothed, step)
+    if smoothed < self.chance:   # the run got past where it started: chance from now on
+      self.baseline = self.chance
     # The loops this process saw (a resumed run saw none before its resume) cover a window: the same on every
     # worker, which all see the same steps between common boundaries.
     full = sum(n for _, n, _, _ in self._loops) >= self.window
     baseline = self.baseline
     exploded = smoothed > self.EXTREME * baseline or full and (smoothed > self.FACTOR * baseline or (
-        self.best is not None and self.best[1] < 0.5 * baseline and smoothed > baseline))
+        self.best is not None and self.best[1] < 0.5 * self.chance and smoothed > self.chance))
     collapsed = full and smoothed_spread is not None and smoothed_spread < self.COLLAPSED
     verdict = exploded or collapsed
     if estimator is not None:  # the chief's verdict on every worker (values equal up to rounding, or not at all)
@@ -242,19 +246,20 @@ class DivergenceGuard(LoopHook):
     logging.warning('%s', message)
 
   def _baseline(self, start: float, step: int) -> float:
-    """chance, or the run's start (its first smoothed loss) up to the ceiling where the run starts above chance."""
+    """chance, or the run's start (its first loop's loss) up to the ceiling where the run starts above chance."""
     if self.ceiling is None or start <= self.chance:
       return self.chance
     baseline = min(start, max(self.ceiling, self.chance))
-    logging.info('Divergence guard: the run starts at %s %.4g (the mean of %d steps to step %d), above %.4g for a '
-                 'uniform guess (a head not initialised at chance, e.g. copied or trained for another loss): it '
-                 'is judged against %.4g%s.', self.key, start, self._steps, step, self.chance, baseline,
+    logging.info('Divergence guard: the run starts at %s %.4g (the mean of its first %d steps), above %.4g for a '
+                 'uniform guess (a head not initialised at chance, e.g. copied or trained for another loss): '
+                 'explosions are judged against %.4g%s until it falls below chance.', self.key, start, step,
+                 self.chance, baseline,
                  f' (outputs that say nothing score {self.ceiling:.4g})' if baseline < start else '')
     return baseline
 
   def _last_healthy_loop(self, smoothed: float) -> Optional[int]:
     """Where the last loop before the bad ones ended: the checkpoints up to it predate the trouble."""
-    base = self.baseline if self.baseline is not None else self.chance
+    base = self.baseline
     limit = min(self.FACTOR * base, smoothed) if smoothed > base else base
     for end, _, value, spread in reversed(self._loops):
       bad = spread is not None and spread < self.COLLAPSED if self.collapsed else value > limit
@@ -274,7 +279,7 @@ class DivergenceGuard(LoopHook):
     else:
       what = (f'{self.key} {self.history[-1][1]:.4g} (the mean of the last {self._steps} steps) exploded at '
               f'{self.PATIENCE} checks in a row')
-    base = self.baseline if self.baseline is not None else self.chance
+    base = self.baseline
     against = (f'{self.chance:.3g} for a uniform guess' if base == self.chance else
                f'{base:.3g}, where the run started ({self.chance:.3g} for a uniform guess)')
     return (f'Training diverged at step {step}: {what}, against {against}{best}. '

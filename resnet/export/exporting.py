@@ -63,7 +63,7 @@ def _export(estimator: Estimator, params: Mapping[str, Any], checkpoint: Optiona
                                       weights=weights)
   print(f'Exported SavedModel: {path} ({params["precision"]})')
   from resnet.evaluation import class_names  # pylint: disable=g-import-not-at-top
-  records = task.write_export_records(path, decisions, class_names.read_class_names(params))
+  records = task.write_export_records(path, decisions, lambda: class_names.read_class_names(params))
   if records:
     logging.info('For apps, to decide as predict does: %s', records)
   if formats:

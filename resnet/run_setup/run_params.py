@@ -21,6 +21,7 @@ from params import merging
 from params import model_config
 from params import resnet_config
 from resnet.run_setup import finished_run
+from resnet.task import task as task_lib
 from resnet.task import tasks
 from resnet.run_dir import model_dir as model_dir_lib
 from resnet.run_dir import params_files
@@ -134,19 +135,14 @@ def data_counts(values: Mapping[str, Any]) -> Dict[str, Any]:
   return fills
 
 
-# What an unset loss and best_metric become for each task.
-TASK_DEFAULTS = {'single_label': {'loss': 'softmax_cross_entropy', 'best_metric': 'top_1_accuracy'},
-                 'multi_label': {'loss': 'binary_cross_entropy', 'best_metric': 'mAP'}}
-
-
 def task_defaults(values: Mapping[str, Any]) -> Dict[str, Any]:
-  """task (single_label where no summary.json said), then the loss and best_metric of that task where unset;
-  logged when the task is multi-label (a single-label run keeps the defaults it always had)."""
-  task = values['task'] or 'single_label'
-  fills = {'task': task} if values['task'] is None else {}
-  fills.update({key: value for key, value in TASK_DEFAULTS[task].items() if values[key] is None})
-  if task == 'multi_label' and len(fills) > ('task' in fills):
-    logging.info('task=multi_label: %s.', ', '.join(f'{k}={v}' for k, v in fills.items() if k != 'task'))
+  """task (single_label where no summary.json said), then the loss and best_metric of that task where unset
+  (``Task.defaults``); logged for any task but the default (a single-label run keeps the defaults it always had)."""
+  task = tasks.for_params(values)
+  fills = {'task': task.name} if values['task'] is None else {}
+  fills.update({key: value for key, value in task.defaults.items() if values[key] is None})
+  if task.name != task_lib.DEFAULT and len(fills) > ('task' in fills):
+    logging.info('task=%s: %s.', task.name, ', '.join(f'{k}={v}' for k, v in fills.items() if k != 'task'))
   return fills
 
 

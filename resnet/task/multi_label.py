@@ -101,6 +101,7 @@ def eval_metrics(logits: tf.Tensor, labels: tf.Tensor, loss: tf.Tensor
 @task.register
 class MultiLabel(task.Task):
   name = 'multi_label'
+  defaults = {'loss': 'binary_cross_entropy', 'best_metric': 'mAP'}
 
   def targets(self, labels: tf.Tensor, training: bool = False) -> tf.Tensor:
     return targets(labels, self.params['label_smoothing'])
@@ -215,5 +216,5 @@ class MultiLabel(task.Task):
     return answers.Thresholded(tuple(decisions))
 
   def write_export_records(self, export_dir: str, decisions: Tuple[float, ...],
-                           class_names: List[str]) -> Optional[str]:
-    return multi_label_report.write_export_thresholds(export_dir, decisions, class_names)
+                           class_names: Callable[[], List[str]]) -> Optional[str]:
+    return multi_label_report.write_export_thresholds(export_dir, decisions, class_names())

@@ -60,6 +60,7 @@ def confusion_matrix(labels: tf.Tensor, predicted: tf.Tensor, weights: tf.Tensor
 @task.register
 class SingleLabel(task.Task):
   name = 'single_label'
+  defaults = {'loss': 'softmax_cross_entropy', 'best_metric': 'top_1_accuracy'}
 
   def check_labels(self, labels: tf.Tensor) -> tf.Tensor:
     """Labels past the head would one-hot to zeros and train silently on nothing: fail loudly instead. (An
@@ -106,25 +107,28 @@ class SingleLabel(task.Task):
     if self.params.get('loss') == 'binary_cross_entropy':
       chance = (math.log(classes) + (classes - 1) * math.log(classes / (classes - 1))) / classes
       named = f'binary cross-entropy of sigmoids at 1/{classes}'
+    mean, over = self._mean_weight(counts)
+    if over is None:
+      return chance, named
+    return chance * mean, f'{named} x the mean class weight {mean:.4g} over {over}'
+
+  def _mean_weight(self, counts: Optional[Sequence[int]]) -> Tuple[float, Optional[str]]:
+    """(an example's expected class weight in the batch mean, what it is the mean over; None: every example
+    weighs 1 there, as without weights, with 'balanced' unresolved, or class_weight_normalization=weight_sum)."""
     weights = self.params['class_weights']
     if not weights or isinstance(weights, str) or self.params['class_weight_normalization'] == 'weight_sum':
-      return chance, named
+      return 1.0, None
     total = sum(counts or ())
     if not counts or len(counts) != len(weights) or not total:
-      mean, over = sum(weights) / len(weights), 'the classes (no training counts to weigh them by)'
-    else:
-      mean, over = sum(c / total * w for c, w in zip(counts, weights)), 'the training images of each class'
-    return chance * mean, f'{named} x the mean class weight {mean:.4g} over {over}'
+      return sum(weights) / len(weights), 'the classes (no training counts to weigh them by)'
+    return sum(c / total * w for c, w in zip(counts, weights)), 'the training images of each class'
 
   def uninformed_loss(self, counts: Optional[Sequence[int]], num_images: int) -> Optional[float]:
     """Logits 0: softmax's uniform guess, which chance_loss is; under binary cross-entropy every sigmoid at 0.5,
-    ln 2 per class, times the mean class weight as chance_loss weighs it."""
-    chance, _ = self.chance_loss(counts, num_images)
+    ln 2 per class, times the mean class weight."""
     if self.params.get('loss') != 'binary_cross_entropy':
-      return chance
-    classes = max(self.num_classes, 2)
-    prior = (math.log(classes) + (classes - 1) * math.log(classes / (classes - 1))) / classes
-    return chance / prior * math.log(2)
+      return self.chance_loss(counts, num_images)[0]
+    return math.log(2) * self._mean_weight(counts)[0]
 
   def divergence_fixes(self) -> List[str]:
     if not self.params['class_weights']:

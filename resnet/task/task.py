@@ -6,7 +6,8 @@ report, the predictions, how they are decided and written, the loss a guess scor
 baseline), whether a model can teach another, and what a deployed file answers. The model_fn, eval, predict, the
 divergence guard, distillation and the exports ask the run's ``Task`` (``for_params``) and never test which task
 it is, so a new task (say, regression of a score) is one new subclass, registered with ``register``
-(``tasks.for_params`` chooses among the registered ones; tasks.py imports the built-in ones).
+(``tasks.for_params`` chooses among the registered ones; tasks.py imports the built-in ones), and its name among
+the choices of the ``task`` param (params/ is below the program and cannot ask the registry).
 
 A task is a plain object over the params (no TensorFlow state of its own): the model_fn builds one per call, as
 cheaply as it reads a param. What it keeps between steps (multi-label thresholds) lives in the runner's object
@@ -27,6 +28,8 @@ class Task:
   """The interface; every method a run calls. ``name`` is the value of the ``task`` param that selects it."""
 
   name = ''
+  # What unset params become for this task (run_params fills them): the loss, the metric best/ keeps.
+  defaults: Dict[str, Any] = {}
 
   def __init__(self, params: Mapping[str, Any]):
     self.params = params
@@ -113,8 +116,10 @@ class Task:
     """How a deployed file's probabilities are decided, scored and compared (``Answers``)."""
     raise NotImplementedError
 
-  def write_export_records(self, export_dir: str, decisions: Any, class_names: List[str]) -> Optional[str]:
-    """Files an app needs beside the exported model to decide as predict does; the path written, or None."""
+  def write_export_records(self, export_dir: str, decisions: Any,
+                           class_names: Callable[[], List[str]]) -> Optional[str]:
+    """Files an app needs beside the exported model to decide as predict does (class names read only when
+    written); the path written, or None."""
     return None
 
 

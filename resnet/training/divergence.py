@@ -1,6 +1,7 @@
 """The divergence guard of a ResNet run: its baseline is what a guess that ignores the image scores under this run's
 loss and weighting, which the run's task reckons (``Task.chance_loss``, from the training counts of each model
-class in summary.json), and the fixes worth naming.
+class in summary.json); the loss of outputs that say nothing (logits 0, ``Task.uninformed_loss``), the most a fresh
+run's start may raise that baseline to (hooks.DivergenceGuard); and the fixes worth naming.
 """
 from typing import Any, Mapping, Optional, Sequence, Tuple
 

@@ -10,6 +10,7 @@ from resnet.run_dir import params_files
 from params import merging
 from params import resnet_config
 from resnet.run_setup import run_params
+from resnet.task import tasks
 from params.resnet_config import RESNET_CFG
 from params import architectures
 from resnet import resnet_flags as rf
@@ -18,7 +19,7 @@ from tests.helpers import procs
 # What params_from_flags gives with no data_dir: the defaults, with the data-dependent counts set to ImageNet's.
 # The defaults as a run sees them: ImageNet's counts without data, the reference's v1.5 without warm-start weights.
 DEFAULTS = dict(RESNET_CFG, **resnet_config.IMAGENET_COUNTS, **architectures.VARIANT_DEFAULTS, task='single_label',
-                **run_params.TASK_DEFAULTS['single_label'])
+                **tasks.for_params({'task': None}).defaults)
 
 
 def _flags(*args: str) -> flags.FlagValues:

@@ -185,3 +185,23 @@ def test_a_weighted_explosion_stops_against_the_real_chance():
   guard = hooks_lib.DivergenceGuard(chance, after_step=0, key='cross_entropy', window=10)
   with pytest.raises(hooks_lib.LossExplodedError):
     _feed(guard, [1.2, 1.1, 9.0, 14.0, 30.0])   # far below the old threshold of 3 x 35
+
+
+def test_a_raised_baseline_lasts_until_the_loss_falls_below_chance_and_a_resumed_run_keeps_chance():
+  """Only a fresh run's first loop (from step 0) sets a raised baseline, and only until the run gets below chance:
+  a climb back to where it started then stops it ('back above chance after reaching half of it')."""
+  guard = hooks_lib.DivergenceGuard(CHANCE, after_step=0, key='cross_entropy', ceiling=10.0, window=10)
+  _feed(guard, [3.0])
+  assert guard.baseline == 3.0
+  _feed(guard, [0.5, 0.5], start=20)
+  assert guard.baseline == CHANCE
+  with pytest.raises(hooks_lib.LossExplodedError, match=f'against {CHANCE:.3g} for a uniform guess'):
+    _feed(guard, [3.0, 3.0], start=40)
+  resumed = hooks_lib.DivergenceGuard(CHANCE, after_step=0, key='cross_entropy', ceiling=10.0, window=10)
+  _feed(resumed, [3.0], start=110)   # its first loop starts at step 100: not where the run started
+  assert resumed.baseline == CHANCE
+  # An explosion inside the warm-up is not taken for the start: the first loop is from step 0, before it.
+  warm = hooks_lib.DivergenceGuard(CHANCE, after_step=20, key='cross_entropy', ceiling=10.0, window=10)
+  with pytest.raises(hooks_lib.LossExplodedError):
+    _feed(warm, [1.3, 9.0, 9.0, 9.0, 9.0])
+  assert warm.baseline == CHANCE

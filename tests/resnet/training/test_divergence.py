@@ -16,6 +16,15 @@ CHANCE = math.log(4)
 FIXTURES = os.path.join(procs.ROOT, 'tests', 'fixtures')
 
 
+def test_the_guard_takes_the_tasks_chance_and_the_loss_of_logits_0_as_its_ceiling(tmp_path):
+  from tests.helpers import tiny  # pylint: disable=import-outside-toplevel
+  bce = divergence.guard(tiny.resnet_params(tmp_path, num_label_classes=1000, loss='binary_cross_entropy'))
+  assert bce.chance == pytest.approx((1 + math.log(1000)) / 1000, rel=1e-3)
+  assert bce.ceiling == pytest.approx(math.log(2))   # every sigmoid at 0.5
+  softmax = divergence.guard(tiny.resnet_params(tmp_path, num_label_classes=4))
+  assert softmax.chance == softmax.ceiling == pytest.approx(math.log(4))   # logits 0: the uniform guess
+
+
 @pytest.mark.slow
 def test_a_diverging_cli_run_exits_with_the_message_keeps_checkpoints_and_exports_nothing(tmp_path):
   from tools import imagenet_to_gcs, make_demo_dataset  # pylint: disable=import-outside-toplevel
