@@ -52,13 +52,3 @@ MULTI_LABEL_TFRECORD_SOURCE = RecordSource(
     name_of=lambda record: tf.io.parse_single_example(
         record, {example_schema.FILENAME: example_schema.FEATURE_SPEC[example_schema.FILENAME]})[
             example_schema.FILENAME])
-
-
-def _read_files(paths: tf.Tensor) -> Parsed:
-  contents = tf.map_fn(tf.io.read_file, paths, fn_output_signature=tf.string)
-  return contents, tf.fill(tf.shape(paths), tf.constant(-1, tf.int64)), paths
-
-
-FILE_SOURCE = RecordSource(parse_batch=_read_files,
-                           parse_one=lambda path: (tf.io.read_file(path), tf.constant(-1, tf.int64), path),
-                           name_of=tf.identity, labelled=False)

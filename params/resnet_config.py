@@ -337,8 +337,9 @@ PARAMS: Tuple[Param, ...] = (
     P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list, modes=EXPORTING,
       items=P('batch size', 1, '', int, checks=('> 0',))),
     P('model_name', 'resnet', 'Model name in the TF Serving warm-up requests.', modes=EXPORTING),
-    P('predict_input', None, 'Predict mode: glob of image files to classify instead of test-* records.', str,
-      modes=('predict',)),
+    P('predict_input', None, 'Predict mode: image files to classify instead of test-* records: a folder (its image '
+      'files, recursively), a glob, a file, or several, comma-separated; each normalised as the converter does '
+      '(EXIF orientation, alpha on white, RGB).', str, modes=('predict',)),
     P('predict_output', None, 'Predict mode: CSV to write; unset = model_dir/predictions.csv.', str,
       modes=('predict',)),
     P('predict_top_k', 5, 'Predict mode: classes reported per image.', checks=('> 0',), modes=('predict',)),

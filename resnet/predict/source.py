@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterator, Mapping
 from absl import logging
 import tensorflow as tf
 
+from official_input import dataset_info
 from official_input import imagenet_input
 from official_input import resnet_preprocessing
 from resnet.estimator.estimator import Estimator
@@ -28,8 +29,9 @@ class PredictionSource:
     self.image_size, crop_fraction = resnet_preprocessing.eval_view(params)  # validation refuses tta with a file
     dtype = tf.float32 if self.deployed else tf.as_dtype(params['precision'])  # a deployed file takes float32
     if params['predict_input']:
+      # Files are shrunk as the converter shrank the run's records, so they give the model the records' pixels.
       self.images = imagenet_input.ImageFilesInput(params['predict_input'], image_size=self.image_size, dtype=dtype,
-                                                   crop_fraction=crop_fraction)
+                                                   crop_fraction=crop_fraction, max_image_side=_max_image_side(params))
       self.limit = 0
     else:
       split = 'test' if tf.io.gfile.glob(os.path.join(params['data_dir'] or '', 'test-*')) else 'validation'
@@ -48,6 +50,16 @@ class PredictionSource:
     read = tflite_predictions if self.params['predict_tflite'] else onnx_predictions
     return read(self.deployed, self.images.input_fn, self.image_size, self.params['predict_batch_size'],
                 self.params['num_label_classes'])
+
+
+def _max_image_side(params: Mapping[str, Any]) -> int:
+  """The --max_image_side the run's records were converted with (summary.json), 0 where none is recorded."""
+  try:
+    info = dataset_info.read_dataset_info(params['data_dir'], params['labels_file'])
+  except (ValueError, OSError) as e:
+    logging.warning('Predicting image files at their full size: %s', e)
+    return 0
+  return (info.max_image_side or 0) if info else 0
 
 
 def tflite_predictions(path: str, input_fn, image_size: int, batch_size: int,

@@ -1,32 +1,21 @@
 """Image cleaning for the converter: any image Pillow reads becomes an upright RGB JPEG (at most a given side),
-in worker processes. Pillow and numpy only: the workers must not import TensorFlow (each would cost ~1 GB and
+in worker processes, with the fingerprints that find copies across splits. The normalisation itself (EXIF
+orientation, alpha on white, modes, resizing, the JPEG) is official_input/image_normalisation.py's, which predict on
+raw files calls too. Pillow and numpy only: the workers must not import TensorFlow (each would cost ~1 GB and
 seconds to start), and Pillow itself is imported when the first image is cleaned.
 """
 import collections
 import contextlib
 import hashlib
-import io
 import itertools
 import multiprocessing
 import os
-from typing import Any, Deque, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Deque, Iterator, List, NamedTuple, Optional, Sequence
 
-# Re-encoding quality (conversions and resizes): at 95 the re-encoding error is far below what the training
-# crop/resize changes, while a 512 px photo stays ~100-200 KB; decode cost depends on pixels, not on quality.
-JPEG_QUALITY = 95
-_EXT_FORMATS = {'.jpg': 'JPEG', '.jpeg': 'JPEG', '.jpe': 'JPEG', '.jfif': 'JPEG', '.png': 'PNG', '.gif': 'GIF',
-                '.bmp': 'BMP', '.webp': 'WEBP', '.tif': 'TIFF', '.tiff': 'TIFF'}
-_EXIF_ORIENTATION = 0x0112
+from official_input import image_normalisation
+
+JPEG_QUALITY = image_normalisation.JPEG_QUALITY  # summary.json and the command's help name it
 _FILES_PER_TASK = 16  # Paths per worker task: amortises inter-process overhead, keeps results ordered.
-# EXIF orientation -> the transpose that makes the image upright (the table ImageOps.exif_transpose uses). Applied
-# by hand so that it can follow a resize without depending on EXIF metadata surviving the resize.
-_ORIENTATION_TRANSPOSE = {2: 'FLIP_LEFT_RIGHT', 3: 'ROTATE_180', 4: 'FLIP_TOP_BOTTOM', 5: 'TRANSPOSE',
-                          6: 'ROTATE_270', 7: 'TRANSVERSE', 8: 'ROTATE_90'}
-# Resizing keeps at least this factor above the target size before the final LANCZOS pass: JPEGs are decoded at a
-# DCT-scaled 1/2, 1/4 or 1/8 size (Image.draft, which skips most of the decode work) and other formats are
-# box-reduced by an integer factor (Image.reduce). Pillow documents a gap >= 3 as indistinguishable from a full
-# LANCZOS resample in most cases; the cost is a fraction of the decode either way.
-RESIZE_REDUCING_GAP = 3.0
 
 
 class CleanedImage(NamedTuple):
@@ -58,41 +47,6 @@ def difference_hash(img: Any) -> int:
   return bits
 
 
-def _to_rgb(img: Any) -> Any:
-  """Converts any Pillow mode to 8-bit RGB; 16-bit and float data are rescaled, not clipped."""
-  from PIL import Image
-  mode = img.mode
-  if mode == 'RGB':
-    return img
-  if mode.startswith('I') or mode == 'F':
-    import numpy as np
-    arr = np.nan_to_num(np.asarray(img, dtype=np.float64))
-    if mode == 'F':
-      scale = 255.0 if arr.max() <= 1.0 else 1.0
-    else:  # 'I;16*' is 16-bit; 32-bit 'I' is treated as 16-bit when values exceed 8 bits.
-      scale = 1.0 / 257.0 if mode.startswith('I;16') or arr.max() > 255 else 1.0
-    gray = np.clip(arr * scale + 0.5, 0, 255).astype(np.uint8)
-    return Image.fromarray(gray).convert('RGB')
-  if mode in ('RGBA', 'LA', 'PA', 'RGBa', 'La') or 'transparency' in img.info:
-    rgba = img.convert('RGBA')
-    background = Image.new('RGBA', rgba.size, (255, 255, 255, 255))
-    return Image.alpha_composite(background, rgba).convert('RGB')
-  return img.convert('RGB')  # CMYK (Adobe-inverted handled by Pillow), L, P, 1, YCbCr, LAB, HSV.
-
-
-def resized_size(width: int, height: int, max_image_side: int) -> Optional[Tuple[int, int]]:
-  """(width, height) with the longer side max_image_side and the aspect kept; None when no resize is due.
-
-  None for max_image_side <= 0 (off) and for images already within it: never upscales.
-  """
-  longer = max(width, height)
-  if max_image_side <= 0 or longer <= max_image_side:
-    return None
-  scale = max_image_side / longer
-  return (max_image_side if width == longer else max(1, round(width * scale)),
-          max_image_side if height == longer else max(1, round(height * scale)))
-
-
 def clean_image_bytes(data: bytes, extension: str = '', apply_exif_orientation: bool = True,
                       max_image_side: int = 0) -> CleanedImage:
   """Returns the image as RGB JPEG bytes: the original bytes when they already are one, else re-encoded.
@@ -101,44 +55,25 @@ def clean_image_bytes(data: bytes, extension: str = '', apply_exif_orientation: 
   With max_image_side > 0, images whose longer side exceeds it are resized (LANCZOS) to that longer side and
   re-encoded. Raises on unreadable data (the caller turns that into a skip).
   """
-  from PIL import Image
-  img = Image.open(io.BytesIO(data))
-  fmt = img.format or 'unknown'
-  width, height = img.size
-  orientation = 1
-  if apply_exif_orientation:
-    try:
-      orientation = int(img.getexif().get(_EXIF_ORIENTATION, 1) or 1)
-    except Exception:  # pylint: disable=broad-except  # A broken EXIF block is not a broken image.
-      orientation = 1
-  rotate = orientation in range(2, 9)
-  # The longer side is the same upright or not, so the stored size decides; resizing happens in stored
-  # orientation and the (exact) transpose follows, which gives the same pixels as rotating first, on fewer pixels.
-  size = resized_size(width, height, max_image_side)
-  if fmt == 'JPEG' and img.mode == 'RGB' and not rotate and size is None:
+  img = image_normalisation.open_image(data)
+  plan = image_normalisation.normalisation(img, apply_exif_orientation, max_image_side)
+  if plan.keeps_bytes:
     # DCT-scaled decode (still reads every byte), large enough for a difference hash like the full image's.
+    width, height = img.size
     img.draft('RGB', (min(width, max(width // 8, 4 * HASH_SIDE)), min(height, max(height // 8, 4 * HASH_SIDE))))
     img.load()
     return CleanedImage(data, height, width, dhash=difference_hash(img))
-  box = None
-  if size:  # JPEG only (None elsewhere): decode at the smallest DCT scale still RESIZE_REDUCING_GAP x the target.
-    box = img.draft(None, (int(size[0] * RESIZE_REDUCING_GAP), int(size[1] * RESIZE_REDUCING_GAP)))
-    box = box[1] if box else None
-  img.load()
-  reason = f'{fmt}/{img.mode}'
-  expected = _EXT_FORMATS.get(extension.lower())
-  if expected and expected != ('JPEG' if fmt == 'MPO' else fmt):  # MPO: multi-picture JPEG from cameras.
+  rgb = image_normalisation.upright_rgb(img, plan)
+  reason = f'{plan.format}/{img.mode}'
+  expected = image_normalisation.EXTENSION_FORMATS.get(extension.lower())
+  if expected and expected != ('JPEG' if plan.format == 'MPO' else plan.format):  # MPO: multi-picture JPEG.
     reason += f' named {extension}'
-  rgb = _to_rgb(img)
-  if size:
-    rgb = rgb.resize(size, Image.Resampling.LANCZOS, box=box, reducing_gap=RESIZE_REDUCING_GAP)
+  if plan.size:
     reason += f' resized to max side {max_image_side}'
-  if rotate:
-    rgb = rgb.transpose(Image.Transpose[_ORIENTATION_TRANSPOSE[orientation]])
-    reason += f' EXIF orientation {orientation}'
-  out = io.BytesIO()
-  rgb.save(out, 'JPEG', quality=JPEG_QUALITY)
-  return CleanedImage(out.getvalue(), rgb.height, rgb.width, converted=reason, dhash=difference_hash(rgb))
+  if plan.turns:
+    reason += f' EXIF orientation {plan.orientation}'
+  return CleanedImage(image_normalisation.encode_jpeg(rgb), rgb.height, rgb.width, converted=reason,
+                      dhash=difference_hash(rgb))
 
 
 def clean_image_file(path: str, apply_exif_orientation: bool = True, max_image_side: int = 0) -> CleanedImage:
@@ -153,7 +88,7 @@ def clean_image_file(path: str, apply_exif_orientation: bool = True, max_image_s
   except Exception as e:  # pylint: disable=broad-except  # One bad file must never stop the run.
     name = type(e).__name__
     if name == 'UnidentifiedImageError':
-      return CleanedImage(None, error='not an image Pillow can read')
+      return CleanedImage(None, error=image_normalisation.UNREADABLE)
     return CleanedImage(None, error=f'{name}: {e}')
 
 

@@ -20,9 +20,11 @@ import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from official_input import image_normalisation
+
 SPLIT_VALUES = {'train': 'train', 'validation': 'validation', 'val': 'validation', 'test': 'test'}
 # A name without extension matches a file with one of these (any case): not a sidecar (.json, .xml, .txt).
-IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff')
+IMAGE_EXTENSIONS = image_normalisation.IMAGE_EXTENSIONS   # the one list: what the converter and predict read
 MAX_LISTED = 5  # bad rows named in an error; the rest are counted
 
 

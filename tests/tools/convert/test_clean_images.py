@@ -1,5 +1,7 @@
 """tools/convert/clean_images.py: EXIF orientation, resizing to a longer side (aspect kept, never upscaled, by the
-upright height of rotated photos), and a module the worker processes import without TensorFlow."""
+upright height of rotated photos), the normalisation it shares with predict (official_input/image_normalisation.py;
+its own tests are in tests/official_input/test_image_normalisation.py), and a module the worker processes import
+without TensorFlow."""
 import io
 import subprocess
 import sys
@@ -7,6 +9,7 @@ import sys
 import numpy as np
 from PIL import Image
 
+from official_input import image_normalisation
 from tests.helpers import procs
 from tests.tools.convert import drawn_images as drawn
 from tools.convert import clean_images
@@ -83,6 +86,21 @@ def test_large_png_is_resized_too():
   result = clean_images.clean_image_bytes(buf.getvalue(), '.png', max_image_side=60)
   assert (result.width, result.height) == (18, 60)
   assert _decoded(result.encoded).shape == (60, 18, 3)
+
+
+def test_the_converter_normalises_with_the_module_predict_calls(monkeypatch):
+  """One home for the normalisation: the converter's conversions and JPEG go through image_normalisation (which
+  predict on raw files calls too), not through a copy of its own."""
+  buf = io.BytesIO()
+  _halves(90, 60).convert('RGBA').save(buf, 'PNG')
+  before = clean_images.clean_image_bytes(buf.getvalue(), '.png')
+  calls = []
+  to_rgb = image_normalisation.to_rgb
+  monkeypatch.setattr(image_normalisation, 'to_rgb', lambda img: calls.append(img.mode) or to_rgb(img))
+  monkeypatch.setattr(image_normalisation, 'JPEG_QUALITY', 30)
+  after = clean_images.clean_image_bytes(buf.getvalue(), '.png')
+  assert calls == ['RGBA'] and len(after.encoded) < len(before.encoded)
+  assert after.encoded == image_normalisation.record_bytes(buf.getvalue())
 
 
 def test_the_module_the_workers_import_loads_neither_tensorflow_nor_pillow():
