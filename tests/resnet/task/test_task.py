@@ -48,6 +48,7 @@ def test_the_registry_chooses_by_the_task_param_and_names_the_tasks_it_has(toy_t
     task.register(type('Nameless', (task.Task,), {}))
 
 
+@pytest.mark.slow   # 40 training steps of a ResNet-10: an end-to-end run (make test-fast leaves those out)
 def test_a_toy_regression_task_trains_evaluates_and_predicts_through_the_model_fn(tmp_path, toy_task):
   params = dict(tiny.resnet_params(tmp_path, num_label_classes=1, weight_decay=0.0, label_smoothing=0.0,
                                    optimizer='adamw', base_learning_rate=0.01, lr_warmup_epochs=0,
