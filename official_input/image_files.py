@@ -26,7 +26,7 @@ import collections
 import concurrent.futures
 import io
 import os
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -34,6 +34,7 @@ import tensorflow as tf
 from official_input import accounting
 from official_input import contract
 from official_input import decode
+from official_input import file_walk
 from official_input import image_normalisation
 from official_input import ordering
 from official_input import parallelism
@@ -63,53 +64,22 @@ def split_items(spec: str) -> List[str]:
   return [spec.strip()]
 
 
-def _visible(path: str) -> bool:
-  return not os.path.basename(path.rstrip('/')).startswith('.')
-
-
-class _Walker:
-  """The visible files under folders, recursively, for one --predict_input: local links to folders are followed
-  once per real folder (a link back up, ``all -> ..``, would loop)."""
-
-  def __init__(self):
-    self.seen_dirs = set()
-
-  def files_under(self, folder: str) -> Iterator[str]:
-    if '://' in folder:  # object stores have no links
-      for directory, subdirs, names in tf.io.gfile.walk(folder):
-        subdirs[:] = sorted(d for d in subdirs if _visible(d))
-        yield from (os.path.join(directory, n.rstrip('/')) for n in sorted(names) if _visible(n))
-      return
-    for directory, subdirs, names in os.walk(folder, followlinks=True):
-      real = os.path.realpath(directory)
-      if real in self.seen_dirs:
-        subdirs[:] = []
-        continue
-      self.seen_dirs.add(real)
-      subdirs[:] = sorted(d for d in subdirs if _visible(d))
-      yield from (os.path.join(directory, n) for n in sorted(names) if _visible(n))
-
-
-def _real(path: str) -> str:
-  return path if '://' in path else os.path.realpath(path)
-
-
 def match(spec: str) -> Matched:
   """The image files ``spec`` names (see the module docstring), sorted, each real file once (by the path that
   reaches it without a link, else the first)."""
   found: Dict[str, str] = {}  # real path -> the path read
   skipped: Dict[str, Tuple[str, str]] = {}  # real path -> (path, why)
   unmatched: List[str] = []
-  walker = _Walker()
+  walker = file_walk.Walker()
 
   def keep(table: Dict[str, Any], path: str, value: Any) -> None:
-    real = _real(path)
+    real = file_walk.real_path(path)
     if real not in table or os.path.abspath(path) == real:
       table[real] = value
 
   for item in split_items(spec):
     if tf.io.gfile.isdir(item):
-      listed = list(walker.files_under(item))
+      listed = walker.files(item)
     elif tf.io.gfile.exists(item):
       keep(found, item, item)  # a file named on its own: its content decides
       continue
@@ -118,12 +88,12 @@ def match(spec: str) -> Matched:
       for path in sorted(tf.io.gfile.glob(item)):
         if not tf.io.gfile.isdir(path):
           listed.append(path)
-        elif _visible(path):
-          listed += list(walker.files_under(path))
+        elif file_walk.visible(path):
+          listed += walker.files(path)
     else:
       listed = []
     for path in listed:  # found in a folder or by a glob: read by its name's extension
-      if not _visible(path):
+      if not file_walk.visible(path):
         continue
       if image_normalisation.has_image_extension(path):
         keep(found, path, path)

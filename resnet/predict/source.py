@@ -59,7 +59,16 @@ def _max_image_side(params: Mapping[str, Any]) -> int:
   except (ValueError, OSError) as e:
     logging.warning('Predicting image files at their full size: %s', e)
     return 0
-  return (info.max_image_side or 0) if info else 0
+  if info is None:
+    if not dataset_info.is_synthetic(params['data_dir']):
+      logging.warning('Predicting image files at their full size: %s has no summary.json to say how the run\'s '
+                      'records were converted (moved?); if with --max_image_side, give --data_dir where they are.',
+                      params['data_dir'])
+    return 0
+  if info.max_image_side:
+    logging.info('Image files are shrunk to max_image_side=%d, as the run\'s records were (%s).',
+                 info.max_image_side, info.summary_path)
+  return info.max_image_side or 0
 
 
 def tflite_predictions(path: str, input_fn, image_size: int, batch_size: int,

@@ -108,12 +108,6 @@ def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
                                   for v in tf1_names.weight_decay_variables(model, params['weight_decay_biases'])])
 
 
-def per_example_loss(logits: tf.Tensor, targets: tf.Tensor, params: Mapping[str, Any],
-                     weighted: bool = False) -> tf.Tensor:
-  """The task's loss of each example against its targets; ``weighted``: training's, with the class weights."""
-  return tasks.for_params(params).per_example_loss(logits, targets, training=weighted)
-
-
 def _images(features: Any) -> tf.Tensor:
   return features['image'] if isinstance(features, dict) else features
 

@@ -13,6 +13,8 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import logging
 
+from official_input import file_walk
+
 from tools.convert import labels_csv
 from tools.convert import stratify
 from tools.convert.splits import SPLITS, split_class_items
@@ -44,60 +46,19 @@ class Plan(NamedTuple):
   task: str = labels_csv.SINGLE_LABEL  # or MULTI_LABEL: a labels CSV with several labels (or none) per image
 
 
-def _visible(name: str) -> bool:
-  return not name.startswith('.')  # Hidden files and macOS '._*' resource forks are never images.
-
-
 def _subdirs(path: str) -> List[str]:
-  return sorted(n for n in os.listdir(path) if _visible(n) and os.path.isdir(os.path.join(path, n)))
+  return sorted(n for n in os.listdir(path) if file_walk.visible(n) and os.path.isdir(os.path.join(path, n)))
 
 
 def _files(path: str) -> List[str]:
-  return sorted(n for n in os.listdir(path) if _visible(n) and os.path.isfile(os.path.join(path, n)))
+  return sorted(n for n in os.listdir(path) if file_walk.visible(n) and os.path.isfile(os.path.join(path, n)))
 
 
-class _Walker:
-  """Lists the visible files under folders, following a link to a folder at most once per real folder (a link back
-  to a folder being read, ``all -> ..``, would otherwise loop until the OS refuses), and keeps each real file once
-  (``unique``): a file reachable twice would be converted twice, under two classes or in two splits. Each link
-  passed over is noted with why."""
+class _Walker(file_walk.Walker):
+  """The converter's walk (file_walk.Walker) over its Items: each real file once, under one class and split."""
 
-  def __init__(self, root: str):
-    self.seen_dirs = {os.path.realpath(root)}
-    self.skips: List[Tuple[str, str]] = []
-
-  def files(self, path: str) -> List[str]:
-    """All visible files under path, recursively, in a stable sorted order."""
-    found = []
-    self.seen_dirs.add(os.path.realpath(path))
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
-      keep = []
-      for d in sorted(d for d in dirnames if _visible(d)):
-        real = os.path.realpath(os.path.join(dirpath, d))
-        if real in self.seen_dirs:
-          self.skips.append((os.path.join(dirpath, d), f'a link to a folder read already ({real}): a loop or a '
-                                                       'second way to the same images'))
-        else:
-          self.seen_dirs.add(real)
-          keep.append(d)
-      dirnames[:] = keep
-      found.extend(os.path.join(dirpath, f) for f in sorted(filenames) if _visible(f))
-    return found
-
-  def unique(self, items: List[Item]) -> List[Item]:
-    """``items`` with each real file once: under its own path where it is listed there, else its first."""
-    by_file: Dict[str, List[Item]] = {}
-    for item in items:
-      by_file.setdefault(os.path.realpath(item.path), []).append(item)
-    dropped = set()
-    for real, listed in by_file.items():
-      if len(listed) > 1:
-        kept = next((i for i in listed if os.path.abspath(i.path) == real), listed[0])
-        for item in listed:
-          if item is not kept:
-            dropped.add(id(item))
-            self.skips.append((item.path, f'a second way to one file (a link): {kept.path}'))
-    return [item for item in items if id(item) not in dropped]
+  def unique(self, items: List[Item]) -> List[Item]:  # pylint: disable=arguments-differ
+    return super().unique(items, path_of=lambda item: item.path)
 
 
 def _class_folder_items(root: str, walker: _Walker) -> Tuple[Dict[str, List[Item]], List[str]]:

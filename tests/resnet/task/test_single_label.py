@@ -46,7 +46,7 @@ def test_under_binary_cross_entropy_a_uniform_guess_is_every_sigmoid_at_1_over_k
   params = tiny.resnet_params(tmp_path, num_label_classes=4, loss='binary_cross_entropy')
   bias = tf1_names.tf1_variable_map(resnet_model_fn.build_model(params))['dense/bias'].numpy()
   assert bias == pytest.approx([-math.log(3)] * 4)
-  loss = resnet_model_fn.per_example_loss(tf.constant([bias]), tf.constant([[0.0, 1.0, 0.0, 0.0]]), params)
+  loss = tasks.for_params(params).per_example_loss(tf.constant([bias]), tf.constant([[0.0, 1.0, 0.0, 0.0]]))
   assert float(loss[0]) == pytest.approx(_chance(dict(bce, num_label_classes=4), None)[0])
   softmax = tiny.resnet_params(tmp_path, num_label_classes=4)
   assert not tf1_names.tf1_variable_map(resnet_model_fn.build_model(softmax))['dense/bias'].numpy().any()

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from resnet.training import mixing
 from resnet.model import tf1_names
+from resnet.task import single_label
 from resnet.training import resnet_model_fn
 from tests.helpers import tiny
 
@@ -61,7 +62,7 @@ def test_the_loss_gradient_is_right_for_targets_that_do_not_sum_to_one():
   logits = tf.Variable([[1.0, 2.0, 0.5]])
   targets = tf.constant([[0.0, 3.0, 0.0]])
   with tf.GradientTape() as tape:
-    loss = resnet_model_fn.per_example_loss(logits, targets, {'loss': 'softmax_cross_entropy'})
+    loss = single_label.softmax_cross_entropy(logits, targets)
   softmax = tf.nn.softmax(logits).numpy()
   np.testing.assert_allclose(tape.gradient(loss, logits).numpy(), 3.0 * softmax - targets.numpy(), atol=1e-6)
   np.testing.assert_allclose(loss.numpy(), -3.0 * np.log(softmax[:, 1]), rtol=1e-6)
@@ -72,11 +73,9 @@ def test_binary_cross_entropy_is_timms_per_class_mean_weighted_by_the_row_sum():
   # Row 0: smoothed one-hot of class 1 (sums to 1); row 1: class 2's, weight 3 (sums to 3).
   targets = np.array([[0.05, 0.9, 0.05], [0.15, 0.15, 2.7]])
   bce = lambda z, q: np.mean(np.maximum(z, 0) - z * q + np.log1p(np.exp(-np.abs(z))), axis=1)
-  soft = resnet_model_fn.per_example_loss(tf.constant(z, tf.float32), tf.constant(targets, tf.float32),
-                                          {'loss': 'binary_cross_entropy', 'bce_target_threshold': None})
+  soft = single_label.binary_cross_entropy(tf.constant(z, tf.float32), tf.constant(targets, tf.float32), None)
   np.testing.assert_allclose(soft.numpy(), [1.0, 3.0] * bce(z, targets / [[1.0], [3.0]]), rtol=1e-5)
-  hard = resnet_model_fn.per_example_loss(tf.constant(z, tf.float32), tf.constant(targets, tf.float32),
-                                          {'loss': 'binary_cross_entropy', 'bce_target_threshold': 0.2})
+  hard = single_label.binary_cross_entropy(tf.constant(z, tf.float32), tf.constant(targets, tf.float32), 0.2)
   np.testing.assert_allclose(hard.numpy(), [1.0, 3.0] * bce(z, np.array([[0, 1, 0], [0, 0, 1]])), rtol=1e-5)
 
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from official_input import resnet_preprocessing
 
+from resnet.task import tasks
 from resnet.training import mixing
 from resnet.training import resnet_model_fn
 from tests.helpers import tiny
@@ -109,7 +110,7 @@ def test_flip_tta_stays_finite_where_a_class_underflows_in_both_views():
   logits = resnet_model_fn.inference_logits(extreme, tf.zeros([1, 4, 4, 3]), params)
   assert np.all(np.isfinite(logits.numpy()))
   np.testing.assert_allclose(tf.nn.softmax(logits).numpy(), [[0.0, 1.0, 0.0]], atol=1e-7)
-  loss = resnet_model_fn.per_example_loss(logits, tf.constant([[0.05, 0.9, 0.05]]), params)
+  loss = tasks.for_params(params).per_example_loss(logits, tf.constant([[0.05, 0.9, 0.05]]))
   assert np.isfinite(float(loss[0]))
   assert bool(tf.math.in_top_k(tf.constant([1]), logits, 2)[0])
 
@@ -130,7 +131,7 @@ def test_flip_tta_under_binary_cross_entropy_averages_the_sigmoids():
   np.testing.assert_allclose(sigmoid(logits.numpy()[0]), mean, rtol=1e-6)
   assert np.all(np.isfinite(logits.numpy()))
   targets = np.array([[0.0, 0.0, 1.0]])
-  loss = resnet_model_fn.per_example_loss(logits, tf.constant(targets, tf.float32), params)
+  loss = tasks.for_params(params).per_example_loss(logits, tf.constant(targets, tf.float32))
   expected = -np.mean(targets * np.log(mean) + (1 - targets) * np.log(1 - mean))
   assert float(loss[0]) == pytest.approx(expected, rel=1e-5)
 
