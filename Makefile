@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,onnx]'
+	$(PY) -m pip install --quiet -e '.[test,onnx,parquet,sweep]'
 	touch $(STAMP)
 
 install: $(STAMP)

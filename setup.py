@@ -35,6 +35,11 @@ setup(
         # written and quantizes (float16, static int8). Tested: tf2onnx 1.17.0, onnx 1.23.2, onnxruntime 1.32.0
         # with TensorFlow 2.21 and numpy 2.4.
         "onnx": ["tf2onnx>=1.17", "onnx>=1.17", "onnxruntime>=1.20"],
+        # Parquet and Arrow sources for the converter (Hugging Face `datasets` files, `save_to_disk` folders) only:
+        # pyarrow is the one reader of both formats (tensorflow-io's stalled); training never imports it.
+        "parquet": ["pyarrow>=15"],
+        # tools/sweep.py only: Optuna's samplers, pruners and its SQLite storage (several workers share one sweep).
+        "sweep": ["optuna>=4"],
     },
     entry_points={
         "console_scripts": [
