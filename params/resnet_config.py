@@ -329,9 +329,14 @@ PARAMS: Tuple[Param, ...] = (
       modes=EXPORTING),
     P('deploy_eval_images', 500, 'Validation images each .tflite and .onnx file is measured on (score, agreement '
       'with the SavedModel, latency; formerly tflite_eval_images, still accepted).', checks=('> 0',), modes=EXPORTING),
-    P('deploy_min_agreement', 0.9, 'A quantized .tflite or .onnx file whose answers (top-1; multi-label: positive '
-      'labels) agree with the SavedModel\'s on a smaller share of those images is not written, and the export '
-      'fails (formerly tflite_min_agreement, still accepted).', float, checks=('>= 0', '<= 1'), modes=EXPORTING),
+    P('deploy_min_agreement', 0.9, 'A quantized .tflite or .onnx file whose answers (top-1 agreement; '
+      'multi-label: the Jaccard index of its positive labels) agree with the SavedModel\'s on a smaller share of '
+      'those images is not written, and the export fails (formerly tflite_min_agreement, still accepted).', float,
+      checks=('>= 0', '<= 1'), modes=EXPORTING),
+    P('deploy_min_class_agreement', 0.5, 'The same per class: a quantized .tflite or .onnx file is not written '
+      'where, for some class, of the images it or the SavedModel puts in the class, a smaller share are put there '
+      'by both (the class\'s Jaccard index; a file that loses a rare class passes the pooled one).', float,
+      checks=('>= 0', '<= 1'), modes=EXPORTING),
     P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).',
       modes=EXPORTING),
     P('inference_batch_sizes', [8], 'Batch sizes of the TF Serving warm-up requests.', list, modes=EXPORTING,

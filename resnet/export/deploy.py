@@ -8,10 +8,13 @@ every precision (a conversion fault never hides behind bfloat16 rounding), and w
 16-bit SavedModel differs by its own rounding, which is logged); else it is not written.
 
 With the run's images (``Measuring``) every file is measured against the SavedModel (``deploy_report``: score,
-agreement of its answers with the SavedModel's, size, single-image latency), and each quantized kind is converted,
-measured, and written only if its answers agree with the SavedModel's on at least ``deploy_min_agreement`` of the
-images; else it is refused (QuantizationError, one message naming the measure) and the files before it stay. The
-format's table is written beside the files either way.
+agreement of its answers with the SavedModel's, pooled and of its worst class, size, single-image latency), each by
+what it outputs: its own decisions where it outputs them (the .onnx files' ``classes`` and multi-label ``labels``),
+else its probabilities decided as predict decides them, so a file cannot pass on numbers recomputed outside it.
+Each quantized kind is converted, measured, and written only if its pooled agreement is at least
+``deploy_min_agreement`` and that of its worst class at least ``deploy_min_class_agreement`` (a pooled share hides a
+rare class lost entirely); else it is refused (QuantizationError, one message naming the measure and the class) and
+the files before it stay. The format's table is written beside the files either way.
 
 What the files output and how answers compare is the ``answers`` object's (``resnet/task/answers.py``: the run's task supplies it): nothing here asks
 which task it is.
@@ -20,7 +23,7 @@ import abc
 import dataclasses
 import os
 import time
-from typing import Callable, List, Optional, Protocol, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from absl import logging
 import keras
@@ -79,6 +82,9 @@ class Runner(Protocol):
   def probabilities(self, images: np.ndarray) -> np.ndarray:
     """[N, S, S, 3] images 0..255 -> [N, classes] float32 probabilities."""
 
+  def outputs(self, images: np.ndarray) -> Dict[str, np.ndarray]:
+    """Every output the file serves for ``images`` by name (``probabilities``; ``classes``, ``labels``, ...)."""
+
   def latency_ms(self, image: np.ndarray) -> float:
     """Median milliseconds of one image, batch 1."""
 
@@ -129,13 +135,17 @@ class DeployFormat(abc.ABC):
 @dataclasses.dataclass(frozen=True)
 class Measuring:
   """The run's labelled validation images every file is measured on; the quantized kinds to make, int8's
-  calibration images (training images, never those it is measured on) and the agreement a quantized file needs
-  (deploy_min_agreement). Quantized kinds are made only where there are images to measure them on."""
+  calibration images (training images, never those it is measured on), the agreement a quantized file needs,
+  pooled (deploy_min_agreement) and of its worst class (deploy_min_class_agreement), and the class names by id
+  (the worst class is named; its id alone without them). Quantized kinds are made only where there are images to
+  measure them on."""
   images: np.ndarray
   labels: np.ndarray
   kinds: Sequence[str] = ()
   calibration: Optional[np.ndarray] = None
   min_agreement: float = 0.9
+  min_class_agreement: float = 0.0  # none unless given (the export gives deploy_min_class_agreement)
+  class_names: Sequence[str] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,9 +178,12 @@ class SavedModel:
     self.dtype = self.served.structured_input_signature[1]['images'].dtype
 
   def probabilities(self, images: np.ndarray, batch_size: int = 32) -> np.ndarray:
-    return np.concatenate([
-        self.served(images=tf.constant(images[i:i + batch_size], self.dtype))['probabilities'].numpy()
-        for i in range(0, len(images), batch_size)]).astype(np.float32)
+    return self.outputs(images, batch_size)['probabilities'].astype(np.float32)
+
+  def outputs(self, images: np.ndarray, batch_size: int = 32) -> Dict[str, np.ndarray]:
+    batches = [{k: v.numpy() for k, v in self.served(images=tf.constant(images[i:i + batch_size], self.dtype)).items()}
+               for i in range(0, len(images), batch_size)]
+    return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
 
   def latency_ms(self, image: np.ndarray, repeats: int = 10) -> float:
     one = tf.constant(image[None], self.dtype)
@@ -178,22 +191,38 @@ class SavedModel:
 
 
 class Reference:
-  """The SavedModel's answers on the measured images, and its row; each file's row measured against them."""
+  """The SavedModel's answers on the measured images (its own decisions: ``answers.decided``), and its row; each
+  file's row measured against them by the file's own decisions."""
 
   def __init__(self, saved: SavedModel, precision: str, measuring: Measuring, answers):
     self.answers, self.images, self.labels = answers, measuring.images, measuring.labels
-    self.predicted = answers.decide(saved.probabilities(self.images))
+    self.class_names = measuring.class_names
+    outputs = saved.outputs(self.images)
+    self.num_classes = int(outputs['probabilities'].shape[-1])
+    self.predicted = answers.decided(outputs)
     self.row = deploy_report.Row(
         f'SavedModel ({precision})', 'saved_model', deploy_report.directory_bytes(saved.directory),
         answers.score(self.predicted, self.labels), 1.0, saved.latency_ms(self.images[0]), saved.runtime,
-        metric=answers.score_name)
+        metric=answers.score_name, agreement_name=answers.agreement_name)
 
   def measure(self, name: str, kind: str, data: bytes, runner: Runner) -> deploy_report.Row:
-    """A file's row from its answers on the reference's images, answered as the SavedModel's are."""
-    predicted = self.answers.decide(runner.probabilities(self.images))
+    """A file's row from the decisions it outputs on the reference's images (``answers.decided``: its own, else
+    those of its probabilities), pooled and per class against the SavedModel's."""
+    predicted = self.answers.decided(runner.outputs(self.images))
+    per_class = self.answers.per_class(predicted, self.predicted, self.num_classes)
+    compared = ~np.isnan(per_class)
+    worst = int(np.argmin(np.where(compared, per_class, np.inf))) if compared.any() else None
     return deploy_report.Row(name, kind, len(data), self.answers.score(predicted, self.labels),
                              self.answers.agreement(predicted, self.predicted), runner.latency_ms(self.images[0]),
-                             runner.runtime, metric=self.answers.score_name)
+                             runner.runtime, metric=self.answers.score_name,
+                             agreement_name=self.answers.agreement_name,
+                             class_agreement=1.0 if worst is None else float(per_class[worst]),
+                             worst_class='' if worst is None else self.class_name(worst))
+
+  def class_name(self, class_id: int) -> str:
+    """'3 (cat)', or '3' without names."""
+    names = self.class_names
+    return f'{class_id} ({names[class_id]})' if class_id < len(names) and names[class_id] else str(class_id)
 
 
 def export(fmt: DeployFormat, saved_model_dir: str, precision: str,
@@ -261,23 +290,32 @@ def _write_quantized(fmt: DeployFormat, kind: str, float32_file: bytes, saved_mo
       raise
     raise QuantizationError(f'{name} could not be made or run ({cause(e)}): it was not written; the files before it '
                             f'are complete. Export without {kind} in {fmt.quantizations_param}.') from e
-  if row.agreement < measuring.min_agreement:
+  pooled = row.agreement < measuring.min_agreement
+  if pooled or row.class_agreement < measuring.min_class_agreement:
     kept = ', '.join(['the SavedModel'] + [r.name for r in rows[1:] if r.kept])
-    rows.append(dataclasses.replace(row, kept=False))
+    param = 'deploy_min_agreement' if pooled else 'deploy_min_class_agreement'
+    rows.append(dataclasses.replace(row, kept=False, refused_by=param))
     _write_table(fmt, saved_model_dir, rows, measuring)
+    count = len(measuring.images)
+    if pooled:
+      measured = (f'{fmt.answers.describe(row.agreement, count)}, below deploy_min_agreement='
+                  f'{measuring.min_agreement:g}')
+    else:
+      measured = (f'agrees with the SavedModel on class {row.worst_class} with a Jaccard index of '
+                  f'{row.class_agreement:.4f} (of the images either puts in it, the share both do: its worst class on '
+                  f'{count} validation images), below deploy_min_class_agreement={measuring.min_class_agreement:g}; '
+                  f'pooled, it {fmt.answers.describe(row.agreement, count)}')
     raise QuantizationError(
-        f'{name} agrees with the SavedModel\'s {fmt.answers.answers} on {row.agreement:.1%} of '
-        f'{len(measuring.images)} validation images, below deploy_min_agreement={measuring.min_agreement:g} '
-        f'({row.metric} {row.top_1:.4f} vs {reference.row.top_1:.4f}): it was not written. To keep it: '
-        f'{fmt.advice(kind, measuring.calibration)}; or lower deploy_min_agreement. Complete: {kept}; the table is '
-        f'in {os.path.join(saved_model_dir, fmt.report_name)}.txt.')
+        f'{name} {measured} ({row.metric} {row.top_1:.4f} vs {reference.row.top_1:.4f}): it was not written. To '
+        f'keep it: {fmt.advice(kind, measuring.calibration)}; or lower {param}. Complete: {kept}; the table is in '
+        f'{os.path.join(saved_model_dir, fmt.report_name)}.txt.')
   files.atomic_write(os.path.join(saved_model_dir, name), data)
   rows.append(row)
 
 
 def _write_table(fmt: DeployFormat, saved_model_dir: str, rows: Sequence[deploy_report.Row],
                  measuring: Measuring) -> str:
-  return deploy_report.write(saved_model_dir, fmt.report_name, rows, len(measuring.images), fmt.answers.answers)
+  return deploy_report.write(saved_model_dir, fmt.report_name, rows, len(measuring.images))
 
 
 def calibration_advice(calibration: Optional[np.ndarray], note: str = '') -> str:

@@ -1,7 +1,8 @@
 """The measured table of the deployed files (``deploy``), measured on the run's own validation images: for the
 SavedModel and each .tflite or .onnx file, its score (top-1 accuracy, or what the run's answers score: micro F1 at
-multi-label thresholds), the agreement of its answers with the SavedModel's, file size and the median single-image
-latency on this machine. Written beside the files, one table per format: ``<report>.json`` and the table in
+multi-label thresholds), the agreement of its answers with the SavedModel's (top-1 agreement, or the Jaccard index of
+positive labels), pooled and of its worst class (named), file size and the median single-image latency on this
+machine. Written beside the files, one table per format: ``<report>.json`` and the table in
 ``<report>.txt`` (``tflite_report``, ``onnx_report``).
 """
 import dataclasses
@@ -16,7 +17,7 @@ from resnet.estimator import files
 
 REPORT_NAMES = ('tflite_report', 'onnx_report')  # each format's report_name (a test)
 DEPLOYED_FILES = ('.tflite', '.onnx')  # each format's suffix (a test): beside the SavedModel, not part of it
-REFUSED = 'not written: below deploy_min_agreement'
+REFUSED = 'not written: below {}'  # the floor it missed: deploy_min_agreement or deploy_min_class_agreement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,8 +29,12 @@ class Row:
   agreement: float     # the answers' agreement with the SavedModel's (share of images with its top-1, ...)
   latency_ms: float    # median of one image, batch 1
   runtime: str
-  kept: bool = True    # False: below deploy_min_agreement, not written
+  kept: bool = True    # False: below deploy_min_agreement or deploy_min_class_agreement (``refused_by``), not written
   metric: str = 'top-1'
+  agreement_name: str = 'top-1 agreement'  # what ``agreement`` measures (the answers' agreement_name)
+  class_agreement: float = 1.0  # the Jaccard index of its worst class: of the images either puts in it, both do
+  worst_class: str = ''         # that class ('3 (cat)'); '' for the SavedModel, or where no class was compared
+  refused_by: str = 'deploy_min_agreement'  # the floor it missed, where not kept
 
 
 def directory_bytes(path: str) -> int:
@@ -38,24 +43,25 @@ def directory_bytes(path: str) -> int:
              for name in names if not name.endswith(DEPLOYED_FILES) and not name.startswith(REPORT_NAMES))
 
 
-def table(rows: Sequence[Row], num_images: int, answers: str = 'top-1') -> str:
-  """The table; ``answers``: what the agreement compares (the answers object's ``answers``; its gloss in
-  parentheses, as '(image x class)', is left to the refusal's message)."""
+def table(rows: Sequence[Row], num_images: int) -> str:
+  """The table, its columns named by what the rows measure (``metric``, ``agreement_name``)."""
   metric = rows[0].metric if rows else 'top-1'
-  compared = answers.partition(' (')[0]
+  measure = rows[0].agreement_name if rows else 'top-1 agreement'
   lines = [f'Measured on {num_images} validation images (latency: one image, batch 1, this machine):',
-           f'| file | size MB | {metric} | agreement of {compared} with the SavedModel | latency ms | runtime |',
-           '|---|---|---|---|---|---|']
+           f'| file | size MB | {metric} | {measure} with the SavedModel | worst class: its Jaccard index | '
+           'latency ms | runtime |',
+           '|---|---|---|---|---|---|---|']
   for r in rows:
-    kept = '' if r.kept else f' ({REFUSED})'
-    lines.append(f'| {r.name}{kept} | {r.bytes / 1e6:.2f} | {r.top_1:.4f} | {r.agreement:.4f} | '
+    kept = '' if r.kept else f' ({REFUSED.format(r.refused_by)})'
+    worst = f'{r.worst_class}: {r.class_agreement:.4f}' if r.worst_class else '-'
+    lines.append(f'| {r.name}{kept} | {r.bytes / 1e6:.2f} | {r.top_1:.4f} | {r.agreement:.4f} | {worst} | '
                  f'{r.latency_ms:.2f} | {r.runtime} |')
   return '\n'.join(lines) + '\n'
 
 
-def write(directory: str, name: str, rows: Sequence[Row], num_images: int, answers: str = 'top-1') -> str:
+def write(directory: str, name: str, rows: Sequence[Row], num_images: int) -> str:
   """``name``.txt (the table) and ``name``.json beside the files; returns the table."""
-  text = table(rows, num_images, answers)
+  text = table(rows, num_images)
   files.atomic_write(os.path.join(directory, name + '.txt'), text)
   files.atomic_write(os.path.join(directory, name + '.json'), json.dumps(
       {'num_images': num_images, 'rows': [dataclasses.asdict(r) for r in rows]}, indent=2))

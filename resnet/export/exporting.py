@@ -129,9 +129,11 @@ def deployed_formats(params: Mapping[str, Any], measured,
   formats = []
 
   def measuring(kinds):
+    from resnet.evaluation import class_names  # pylint: disable=g-import-not-at-top
     images, labels, calibration = measured
     return deploy.Measuring(images, labels, kinds, calibration if 'int8' in kinds else None,
-                            params['deploy_min_agreement'])
+                            params['deploy_min_agreement'], params['deploy_min_class_agreement'],
+                            tuple(class_names.read_class_names(params)))
 
   if params['export_tflite'] or params['tflite_quantizations']:
     from resnet.export import tflite_export  # pylint: disable=g-import-not-at-top

@@ -4,7 +4,7 @@ so that a file only TensorFlow can read does not pass; TensorFlow's interpreter 
 quantization parameters, so callers always give 0..255 float images and get float probabilities.
 """
 import time
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from absl import logging
 import numpy as np
@@ -69,6 +69,10 @@ class Model:
       self.interpreter.invoke()
       outputs.append(self._read())
     return np.stack(outputs)
+
+  def outputs(self, images: np.ndarray) -> Dict[str, np.ndarray]:
+    """Its one output by name: the probabilities (a .tflite holds no decisions: they are made from these)."""
+    return {'probabilities': self.probabilities(images)}
 
   def latency_ms(self, image: np.ndarray, repeats: int = 20) -> float:
     """Median milliseconds of one invoke on one image, after one warm-up invoke."""

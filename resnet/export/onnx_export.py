@@ -5,14 +5,17 @@ SavedModel for ONNX Runtime, TensorRT, OpenVINO, DirectML or Core ML, and quanti
 tf2onnx converts the graph: float32 images [batch, S, S, 3] with values 0..255 in (the batch dimension is dynamic),
 what the SavedModel's ``serving_images`` signature outputs out (``predictions``: the run's task's; ``probabilities``
 and ``classes``, multi-label also ``labels``). Quantized files: ``float16`` (float16 weights and compute, float32 input
-and output, for GPUs) and ``int8`` (static QDQ quantization after ONNX Runtime's recommended preparation, int8
-weights per channel, uint8 activations calibrated on the run's training images with eval preprocessing). int8 is
-per channel without range reduction (for VNNI CPUs and GPUs): a CPU without VNNI may saturate, which the agreement
-measured on this machine shows.
+and output, for GPUs; the comparison with the thresholds stays float32, ``decision_nodes``) and ``int8`` (static
+QDQ quantization after ONNX Runtime's recommended preparation, int8 weights per channel, uint8 activations
+calibrated on the run's training images with eval preprocessing; the probabilities and the decisions are computed
+in float from the dequantized logits, ``answer_nodes``). So every kind's ``labels`` are what its own
+``probabilities`` give at the float32 thresholds beside it, as ``--predict_onnx`` decides them. int8 is per channel
+without range reduction (for VNNI CPUs and GPUs): a CPU without VNNI may saturate, which the agreement measured on
+this machine shows.
 """
 import os
 import tempfile
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import keras
 import numpy as np
@@ -66,6 +69,21 @@ def convert(model: keras.Model, image_size: int, opset: int = DEFAULT_OPSET,
   return proto.SerializeToString()
 
 
+def decision_nodes(model) -> List[str]:
+  """The nodes that read the ``probabilities`` output (multi-label: the comparison with the thresholds, whose
+  ``labels`` the file outputs). A float16 file keeps them in float32, its probabilities cast up to them: thresholds
+  rounded to float16 would decide elsewhere than the file's own probabilities do (0.9999 becomes 1.0, a class no
+  image reaches)."""
+  return [node.name for node in model.graph.node if 'probabilities' in node.input]
+
+
+def answer_nodes(model) -> List[str]:
+  """The node that computes the ``probabilities`` output and those that read it (``decision_nodes``). An int8 file
+  keeps them in float, from its dequantized logits: uint8 probabilities, 1/255 apart, would make every threshold
+  above 254/255 one no image reaches."""
+  return [node.name for node in model.graph.node if 'probabilities' in node.output] + decision_nodes(model)
+
+
 class _Calibration:
   """onnxruntime's CalibrationDataReader protocol over [N, S, S, 3] images, a batch of 8 at a time."""
 
@@ -82,7 +100,8 @@ def quantize(float32_file: bytes, kind: str, calibration: Optional[np.ndarray] =
   import onnx  # pylint: disable=g-import-not-at-top
   if kind == 'float16':
     from onnxruntime.transformers import float16  # pylint: disable=g-import-not-at-top
-    return float16.convert_float_to_float16(onnx.load_from_string(float32_file), keep_io_types=True
+    model = onnx.load_from_string(float32_file)
+    return float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=decision_nodes(model)
                                             ).SerializeToString()
   if kind != 'int8':
     raise ValueError(f'Unknown ONNX quantization {kind!r}: choose from {", ".join(QUANTIZATIONS)}.')
@@ -99,7 +118,8 @@ def quantize(float32_file: bytes, kind: str, calibration: Optional[np.ndarray] =
       quantization.quantize_static(
           prepared, target, _Calibration(np.asarray(calibration, np.float32)),
           quant_format=quantization.QuantFormat.QDQ, per_channel=True,
-          activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8)
+          activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8,
+          nodes_to_exclude=answer_nodes(onnx.load(prepared)))
     except Exception as e:  # pylint: disable=broad-except  (the quantizer raises many types for one cause)
       raise deploy.QuantizationError(
           f'int8 ONNX quantization failed ({deploy.cause(e)}): model_int8.onnx was not written. Export float16 '

@@ -7,7 +7,7 @@ one message when they are missing.
 """
 import importlib
 import time
-from typing import List, Union
+from typing import Dict, List, Union
 
 import numpy as np
 
@@ -42,7 +42,7 @@ class Model:
     self.session = ort.InferenceSession(source, options, providers=['CPUExecutionProvider'])
     self.runtime = f'ONNX Runtime {ort.__version__} (CPU)'
     (self.input,) = self.session.get_inputs()
-    self.outputs = [o.name for o in self.session.get_outputs()]
+    self.outputs_names = [o.name for o in self.session.get_outputs()]
     self.image_size = int(self.input.shape[1])
     probabilities = next(o for o in self.session.get_outputs() if o.name == 'probabilities')
     self.num_classes = int(probabilities.shape[-1])
@@ -54,6 +54,13 @@ class Model:
     for start in range(0, len(images), batch_size):
       outputs.append(self.session.run(['probabilities'], {self.input.name: images[start:start + batch_size]})[0])
     return np.concatenate(outputs).astype(np.float32)
+
+  def outputs(self, images: np.ndarray, batch_size: int = 32) -> Dict[str, np.ndarray]:
+    """Every output the file serves by name (``probabilities``, ``classes``, multi-label ``labels``), in batches."""
+    images = np.asarray(images, np.float32)
+    batches = [self.session.run(self.outputs_names, {self.input.name: images[start:start + batch_size]})
+               for start in range(0, len(images), batch_size)]
+    return {name: np.concatenate([b[i] for b in batches]) for i, name in enumerate(self.outputs_names)}
 
   def latency_ms(self, image: np.ndarray, repeats: int = 20) -> float:
     """Median milliseconds of one run on a batch of one image, after one warm-up run."""

@@ -7,6 +7,11 @@ own runtime (``litert_runtime``). Quantized files: float16 weights; dynamic-rang
 activations); full-integer int8 calibrated on the run's training images, optionally with int8 input and output
 (``tflite_int8_io``, as the Edge TPU compiler needs) and with float kernels for ops that have no int8 one
 (``tflite_float_fallback``; else such a model is refused, naming the op).
+
+A .tflite holds no thresholds: its probabilities are decided outside it at the float32 thresholds exported beside
+it, by the measure and by ``--predict_tflite`` alike. float16 weights compute in float32 on LiteRT's CPU kernels; a
+full-integer file's probabilities are 1/256 apart (at most 255/256), so a class whose threshold is above that is
+never decided: the class floor of the measure refuses such a file, naming the class.
 """
 import contextlib
 import dataclasses

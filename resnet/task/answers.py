@@ -1,17 +1,25 @@
 """How a task's answers are read from probabilities, scored and compared: what the deployed files' measured tables
 (and predict with a deployed file) ask of the task. ``TopOne``: softmax probabilities answered by their top-1;
-``Thresholded``: a sigmoid per class, each class decided at its threshold."""
+``Thresholded``: a sigmoid per class, each class decided at its threshold.
+
+A file is measured by what it outputs: its own decisions (``output``: ``classes``, or multi-label ``labels``, which
+the SavedModel and the .onnx files compute inside) where it has them, else those its probabilities give
+(``decided``), so a file that decides differently from its probabilities (float16 thresholds) cannot pass on
+numbers recomputed outside it. The agreement is pooled (``agreement``) and per class (``per_class``), since a pooled
+share hides a rare class a file has lost."""
 import dataclasses
-from typing import Tuple
+from typing import Mapping, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 
 class Answers:
-  """The interface: ``answers`` (what is compared), ``score_name``, and the four functions below."""
-  answers = ''
+  """The interface: ``score_name``, ``output`` (the served output holding the decisions), ``agreement_name`` (the
+  measure ``agreement`` returns), and the functions below."""
   score_name = ''
+  output = ''
+  agreement_name = ''
 
   def probabilities(self, logits) -> tf.Tensor:
     raise NotImplementedError
@@ -25,11 +33,35 @@ class Answers:
   def score(self, decided: np.ndarray, labels: np.ndarray) -> float:
     raise NotImplementedError
 
+  def one_hot(self, decided: np.ndarray, num_classes: int) -> np.ndarray:
+    """[N, K] booleans: the classes each image is decided to hold."""
+    raise NotImplementedError
+
+  def decided(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The decisions a file (or the SavedModel) outputs: its own ``output`` where it has one, else those of its
+    ``probabilities``."""
+    if self.output in outputs:
+      return np.asarray(outputs[self.output]).astype(np.int64)
+    return self.decide(outputs['probabilities'])
+
+  def per_class(self, decided: np.ndarray, reference: np.ndarray, num_classes: int) -> np.ndarray:
+    """[K] per class, of the images either decides to hold it, the share both do (its Jaccard index); NaN where
+    neither decides it for any image (nothing to compare)."""
+    mine, theirs = self.one_hot(decided, num_classes), self.one_hot(reference, num_classes)
+    either = np.sum(mine | theirs, axis=0)
+    both = np.sum(mine & theirs, axis=0)
+    return np.where(either > 0, both / np.maximum(either, 1), np.nan)
+
+  def describe(self, agreement: float, num_images: int) -> str:
+    """The pooled agreement in words, naming its measure."""
+    raise NotImplementedError
+
 
 @dataclasses.dataclass(frozen=True)
 class TopOne(Answers):
-  answers = 'top-1'
   score_name = 'top-1'
+  output = 'classes'
+  agreement_name = 'top-1 agreement'
 
   def probabilities(self, logits) -> tf.Tensor:
     return tf.nn.softmax(tf.cast(logits, tf.float32))
@@ -46,12 +78,19 @@ class TopOne(Answers):
     """top-1 accuracy."""
     return float(np.mean(decided == labels))
 
+  def one_hot(self, decided: np.ndarray, num_classes: int) -> np.ndarray:
+    return np.asarray(decided)[:, None] == np.arange(num_classes)
+
+  def describe(self, agreement: float, num_images: int) -> str:
+    return f'agrees with the SavedModel\'s top-1 on {agreement:.1%} of {num_images} validation images'
+
 
 @dataclasses.dataclass(frozen=True)
 class Thresholded(Answers):
   thresholds: Tuple[float, ...] = ()
-  answers = 'positive labels (image x class)'
   score_name = 'micro F1'
+  output = 'labels'
+  agreement_name = 'Jaccard index of positive labels'
 
   def probabilities(self, logits) -> tf.Tensor:
     return tf.sigmoid(tf.cast(logits, tf.float32))
@@ -71,3 +110,10 @@ class Thresholded(Answers):
     truth = labels > 0
     tp = np.sum(truth & (decided > 0))
     return float(2 * tp / max(truth.sum() + (decided > 0).sum(), 1))
+
+  def one_hot(self, decided: np.ndarray, num_classes: int) -> np.ndarray:
+    return np.asarray(decided) > 0
+
+  def describe(self, agreement: float, num_images: int) -> str:
+    return (f'has a Jaccard index of {agreement:.4f} with the SavedModel\'s positive labels on {num_images} '
+            'validation images (of the image x class pairs either calls positive, the share both do)')

@@ -99,13 +99,14 @@ def test_predict_lists_the_labels_above_their_thresholds_and_reports_map(run, tm
 def test_tflite_files_serve_sigmoids_measured_per_label_and_predict_decides_with_the_runs_thresholds(run, tmp_path):
   from resnet.export import litert_runtime  # pylint: disable=import-outside-toplevel
   model_dir, _, _ = run
-  # No agreement floor: 6 images of an unseeded 8-step model give ~7 positive labels, one flip under int8 is 86%
-  # (the floor's refusal is tested in test_quantized_export and test_onnx_export).
+  # No agreement floors: 6 images of an unseeded 8-step model give ~7 positive labels, one flip under int8 is 86%
+  # (the floors' refusals are tested in test_quantized_export, test_onnx_export and test_deployed_decisions).
   result = cli.run_in_process('--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "export"}',
                               '--export_tflite=true', '--tflite_quantizations=dynamic_int8', '--deploy_min_agreement=0',
+                              '--deploy_min_class_agreement=0',
                               base=())
   assert result.code == 0, result.log
-  assert '| file | size MB | micro F1 | agreement of positive labels with the SavedModel |' in result.out
+  assert '| file | size MB | micro F1 | Jaccard index of positive labels with the SavedModel |' in result.out
   version = glob.glob(str(tmp_path / 'export' / '*'))[0]
   with open(os.path.join(version, 'tflite_report.json')) as f:
     rows = json.load(f)['rows']

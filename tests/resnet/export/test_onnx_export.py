@@ -292,7 +292,8 @@ def onnx_run(module_tmp):
   shutil.copytree(model_dir, run, ignore=shutil.ignore_patterns('export'))
   result = cli.run_in_process('--mode=export', f'--model_dir={run}', f'--export_dir={root / "export"}',
                               '--export_onnx=true', '--onnx_quantizations=float16,int8', '--deploy_eval_images=16',
-                              '--deploy_calibration_images=8', '--deploy_min_agreement=0', '--use_tpu=false', base=())
+                              '--deploy_calibration_images=8', '--deploy_min_agreement=0',
+                              '--deploy_min_class_agreement=0', '--use_tpu=false', base=())
   return root, run, data_dir, result
 
 

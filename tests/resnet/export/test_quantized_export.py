@@ -100,7 +100,7 @@ def test_each_quantized_file_is_measured_written_and_run_by_litert(tmp_path):
   written = json.loads((tmp_path / 'export' / 'tflite_report.json').read_text())
   assert written['num_images'] == 40 and len(written['rows']) == 5
   assert '| model_int8.tflite |' in (tmp_path / 'export' / 'tflite_report.txt').read_text() == report.table
-  assert '| top-1 | agreement of top-1 with the SavedModel |' in report.table
+  assert '| top-1 | top-1 agreement with the SavedModel | worst class: its Jaccard index |' in report.table
 
 
 def test_multi_label_files_serve_sigmoids_and_are_measured_per_label(tmp_path):
@@ -125,7 +125,7 @@ def test_multi_label_files_serve_sigmoids_and_are_measured_per_label(tmp_path):
   # Of the positive decisions either makes, the share both make: not diluted by the easy negatives.
   assert int8.agreement == pytest.approx(np.sum(int8_decided & decided) / np.sum(int8_decided | decided))
   assert answers.Thresholded((0.5,) * 4).agreement(np.zeros((40, 4)), decided.astype(int)) == 0.0
-  assert '| micro F1 | agreement of positive labels with the SavedModel |' in report.table
+  assert '| micro F1 | Jaccard index of positive labels with the SavedModel |' in report.table
 
 
 def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(tmp_path, monkeypatch):
@@ -147,7 +147,7 @@ def test_a_file_below_the_agreement_threshold_is_not_written_and_the_rest_stays(
   written = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / 'export' / '*.tflite')))
   assert written == ['model.tflite', 'model_float16.tflite']   # the refused file is not there, the others stay
   assert (tmp_path / 'export' / 'saved_model.pb').exists()
-  assert 'not written: below deploy_min_agreement' in (tmp_path / 'export' / 'tflite_report.txt').read_text()
+  assert 'not written: below deploy_min_agreement)' in (tmp_path / 'export' / 'tflite_report.txt').read_text()
 
 
 def test_a_model_that_cannot_be_quantized_is_named_and_nothing_is_written(tmp_path):
@@ -174,7 +174,7 @@ def test_train_export_quantized_then_predict_with_the_int8_file_and_reexport_wit
   trained = _run(list(cli.TINY) + [
       '--mode=train', f'--data_dir={data_dir}', f'--model_dir={model_dir}', '--train_steps=2',
       f'--export_dir={export_dir}', '--tflite_quantizations=int8', '--tflite_calibration_images=8',
-      '--tflite_eval_images=16', '--tflite_min_agreement=0'], tmp_path, 'train')
+      '--tflite_eval_images=16', '--tflite_min_agreement=0', '--deploy_min_class_agreement=0'], tmp_path, 'train')
   assert trained.returncode == 0, trained.stderr[-3000:]
   (version,) = glob.glob(str(export_dir / '*'))
   assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(version, '*.tflite'))) == [
@@ -194,6 +194,7 @@ def test_train_export_quantized_then_predict_with_the_int8_file_and_reexport_wit
   # (The run above gave the shared params their former tflite_* names, still accepted.)
   again = _run(['--mode=export', f'--model_dir={model_dir}', f'--export_dir={tmp_path / "again"}',
                 '--tflite_quantizations=dynamic_int8', '--deploy_eval_images=8', '--deploy_min_agreement=0',
+                '--deploy_min_class_agreement=0',
                 '--use_tpu=false'], tmp_path, 'export')
   assert again.returncode == 0, again.stderr[-3000:]
   assert 'From the run in' in again.stderr and 'resnet_depth=10' in again.stderr
