@@ -14,6 +14,12 @@ Input layouts, detected automatically:
       line, in sorted validation filename order).
   (d) a labels CSV (--labels_csv=FILE): any folder of images plus a CSV naming each file and its label
       (tools/convert/labels_csv.py); split by the ratios like (a) unless the CSV has a split column.
+  (e) WebDataset tar shards (--webdataset=PATTERN, e.g. 'shards/train-{000000..000009}.tar'; globs, folders and
+      comma lists too, each optionally split=PATTERN): samples key.jpg + key.cls/.txt/.json, read in place
+      (tools/convert/webdataset_source.py).
+  (f) Hugging Face Parquet files or a save_to_disk folder (--parquet=PATTERN; needs pyarrow: pip install -e
+      '.[parquet]'): the Image column and the ClassLabel's names (tools/convert/parquet_source.py).
+  (e) and (f) keep the split a file's name or prefix gives (train-*, val-*, test-*), else split by the ratios.
 
 Outputs in --local_scratch_dir: ``train-00000-of-00008``, ``validation-...``, ``test-...`` shards of tf.train.Example
 (official_input/example_schema.py; labels 1-based = sorted class index + 1, 0 reserved for background),
@@ -71,6 +77,16 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                        '--gcs_output_path is given (the reference defaulted to True).', flag_values=fv)
   flags.DEFINE_string('project', None, 'Accepted for compatibility with the reference; unused (uploads go through '
                       'tf.io.gfile and the environment\'s credentials, not a cloud SDK).', flag_values=fv)
+  flags.DEFINE_string('webdataset', None, 'WebDataset tar shards to convert instead of --raw_data_dir: paths, '
+                      "globs, brace ranges ('train-{000000..000009}.tar') or folders, comma-separated, each "
+                      "optionally prefixed by its split ('train=...,validation=...'). Samples: key.jpg/.png plus "
+                      'key.cls, key.txt or key.json (--label_field).', flag_values=fv)
+  flags.DEFINE_string('parquet', None, 'Hugging Face datasets to convert instead of --raw_data_dir: Parquet files '
+                      '(data/train-*.parquet) or save_to_disk folders, as --webdataset names files. Needs pyarrow: '
+                      "pip install -e '.[parquet]'.", flag_values=fv)
+  flags.DEFINE_string('label_field', None, 'The label of --webdataset samples (a member extension: cls, txt, json; '
+                      'default: the first of these the shards hold) or of --parquet rows (a column; default: the '
+                      'first ClassLabel, else a column named label or labels).', flag_values=fv)
   flags.DEFINE_string('labels_csv', None, 'A CSV naming each image under --raw_data_dir and its label (header '
                       'first; paths relative to --raw_data_dir, with or without extension), or JSON lines (.jsonl: '
                       'one object per image, a list value its labels); replaces the folder layouts. Several labels '
@@ -119,8 +135,14 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   fv = flag_values
-  if not fv.raw_data_dir:
-    raise app.UsageError('--raw_data_dir is required.')
+  archives = [f'--{n}' for n in ('webdataset', 'parquet') if fv[n].value]
+  if len(archives) > 1 or (archives and (fv.raw_data_dir or fv.labels_csv)):
+    given = archives + [f'--{n}' for n in ('raw_data_dir', 'labels_csv') if fv[n].value]
+    raise app.UsageError(f'{" and ".join(given)} each name the input: give one.')
+  if not fv.raw_data_dir and not archives:
+    raise app.UsageError('--raw_data_dir is required (or --webdataset / --parquet).')
+  if fv.label_field and not archives:
+    raise app.UsageError('--label_field names the label of --webdataset samples or --parquet rows: give one.')
   if not fv.local_scratch_dir:
     raise app.UsageError('--local_scratch_dir is required (the records are written there, then uploaded).')
   csv_flags = [f'--{n}' for n in ('csv_path_column', 'csv_label_column', 'csv_split_column', 'csv_label_separator',
@@ -145,7 +167,8 @@ def main(argv: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS) -> No
         drop_leaked_images=fv.drop_leaked_images, labels_csv_path=fv.labels_csv,
         csv_columns=labels_csv.Columns(fv.csv_path_column, fv.csv_label_column, fv.csv_split_column,
                                        fv.csv_label_separator),
-        max_classes=fv.max_classes, multi_label=fv.csv_multi_label)
+        max_classes=fv.max_classes, multi_label=fv.csv_multi_label, webdataset=fv.webdataset, parquet=fv.parquet,
+        label_field=fv.label_field)
     print(format_summary(summary))
     if upload:
       upload_outputs(fv.local_scratch_dir, fv.gcs_output_path, fv.overwrite)

@@ -70,3 +70,28 @@ def test_the_script_form_prints_its_usage_and_flags():
                         capture_output=True, text=True, timeout=60, check=False)  # absl exits 1 after --help
   assert 'Traceback' not in done.stderr and 'Input layouts, detected automatically' in done.stdout
   assert '--raw_data_dir' in done.stdout and '--labels_csv' in done.stdout and '--max_image_side' in done.stdout
+
+
+def test_the_cli_converts_webdataset_shards_and_refuses_two_inputs(tmp_path, capsys):
+  from tests.tools.convert import archive_files  # pylint: disable=import-outside-toplevel
+  import io  # pylint: disable=import-outside-toplevel
+  members = []
+  for i in range(4):
+    data = io.BytesIO()
+    drawn.noise(12, 16, i).save(data, 'JPEG')
+    members += archive_files.sample(f'k{i}', data.getvalue(), txt=('cat', 'dog')[i % 2])
+  archive_files.write_tar(str(tmp_path / 'train-000000.tar'), members)
+  archive_files.write_tar(str(tmp_path / 'val-000000.tar'), members[:4])
+  fv = flags.FlagValues()
+  conv.define_flags(fv)
+  fv(['convert', f'--webdataset={tmp_path}/train-{{000000..000000}}.tar,{tmp_path}/val-*.tar', '--label_field=txt',
+      f'--local_scratch_dir={tmp_path / "out"}', '--num_workers=1'])
+  conv.main(['convert'], fv)
+  assert 'Layout: webdataset_splits' in capsys.readouterr().out
+  for argv, message in (([f'--webdataset={tmp_path}', f'--parquet={tmp_path}'], '--webdataset and --parquet'),
+                        ([f'--webdataset={tmp_path}', f'--raw_data_dir={tmp_path}'], '--webdataset and --raw_data_dir'),
+                        ([f'--raw_data_dir={tmp_path}', '--label_field=cls'], '--label_field names the label of')):
+    fv.unparse_flags()
+    fv(['convert', *argv, f'--local_scratch_dir={tmp_path / "out2"}'])
+    with pytest.raises(Exception, match=message):
+      conv.main(['convert'], fv)

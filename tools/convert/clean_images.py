@@ -76,11 +76,16 @@ def clean_image_bytes(data: bytes, extension: str = '', apply_exif_orientation: 
                       dhash=difference_hash(rgb))
 
 
-def clean_image_file(path: str, apply_exif_orientation: bool = True, max_image_side: int = 0) -> CleanedImage:
-  """clean_image_bytes for a file; any failure becomes a CleanedImage with ``error`` set, never an exception."""
+def clean_image_file(path: Any, apply_exif_orientation: bool = True, max_image_side: int = 0) -> CleanedImage:
+  """clean_image_bytes for a file, or for a sample inside an archive (an object whose ``.read()`` returns its bytes
+  and ``.name`` its name: webdataset_source.TarMember, parquet_source.TableRow, read here in the worker, so the
+  parent never holds the images); any failure becomes a CleanedImage with ``error`` set, never an exception."""
   try:
-    with open(path, 'rb') as f:
-      data = f.read()
+    if isinstance(path, str):
+      with open(path, 'rb') as f:
+        data = f.read()
+    else:
+      data, path = path.read(), path.name
     if not data:
       return CleanedImage(None, error='empty file')
     cleaned = clean_image_bytes(data, os.path.splitext(path)[1], apply_exif_orientation, max_image_side)
@@ -92,12 +97,12 @@ def clean_image_file(path: str, apply_exif_orientation: bool = True, max_image_s
     return CleanedImage(None, error=f'{name}: {e}')
 
 
-def _clean_chunk(paths: Sequence[str], apply_exif_orientation: bool, max_image_side: int) -> List[CleanedImage]:
+def _clean_chunk(paths: Sequence[Any], apply_exif_orientation: bool, max_image_side: int) -> List[CleanedImage]:
   return [clean_image_file(p, apply_exif_orientation, max_image_side) for p in paths]
 
 
 @contextlib.contextmanager
-def cleaned_images(paths: Sequence[str], apply_exif_orientation: bool, num_workers: int,
+def cleaned_images(paths: Sequence[Any], apply_exif_orientation: bool, num_workers: int,
                     max_image_side: int = 0) -> Iterator[Iterator[CleanedImage]]:
   """Yields an iterator of cleaned images in input order, from a 'spawn' pool with bounded tasks in flight.
 

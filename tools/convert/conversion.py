@@ -15,8 +15,10 @@ from absl import logging
 from official_input.dataset_layout import LABELS_FILE, SUMMARY_FILE
 from tools.convert import integrity
 from tools.convert import labels_csv
+from tools.convert import parquet_source
 from tools.convert import shards as shards_lib
 from tools.convert import summary as summary_lib
+from tools.convert import webdataset_source
 from tools.convert.sources import RATIO_LAYOUTS, plan_conversion
 from tools.convert.splits import SPLITS
 
@@ -38,7 +40,10 @@ def convert_dataset(raw_data_dir: str,
                     labels_csv_path: Optional[str] = None,
                     csv_columns: labels_csv.Columns = labels_csv.Columns(),
                     max_classes: Optional[int] = None,
-                    multi_label: bool = False) -> Dict[str, Any]:
+                    multi_label: bool = False,
+                    webdataset: Optional[str] = None,
+                    parquet: Optional[str] = None,
+                    label_field: Optional[str] = None) -> Dict[str, Any]:
   """Converts raw_data_dir to TFRecord shards, labels.txt and summary.json in output_dir; returns the summary.
 
   Shard counts of None are sized to the data (shards.default_num_shards). Ratios apply to class folders and to a labels
@@ -48,18 +53,26 @@ def convert_dataset(raw_data_dir: str,
   max_image_side > 0 shrinks images whose longer side exceeds it (0 keeps every size). Validation and test images
   that are copies of an image of an earlier split (train, then validation) are reported, and with
   drop_leaked_images left out of their split.
+  ``webdataset`` or ``parquet`` (a pattern: source_patterns.py) reads the samples of tar shards or of Hugging Face
+  Parquet/Arrow files in place of ``raw_data_dir`` (webdataset_source.py, parquet_source.py); ``label_field`` names
+  their label member or column.
   """
   if max_image_side < 0:
     raise ValueError(f'max_image_side must be 0 (keep sizes) or a positive side in pixels, got {max_image_side}.')
   ratios = (train_ratio, validation_ratio, test_ratio)
   if min(ratios) < 0 or abs(sum(ratios) - 1.0) > 1e-6:
     raise ValueError(f'Split ratios must be >= 0 and sum to 1, got {ratios}.')
-  raw_real, out_real = os.path.realpath(raw_data_dir), os.path.realpath(output_dir)
-  if out_real == raw_real or out_real.startswith(raw_real + os.sep):
-    raise ValueError(f'Output dir {output_dir} must not be inside raw_data_dir {raw_data_dir} '
-                     '(it would be read as data).')
   start = time.time()
-  plan = plan_conversion(raw_data_dir, ratios, seed, labels_csv_path, csv_columns, max_classes, multi_label)
+  if webdataset or parquet:
+    raw_data_dir = webdataset or parquet
+    plan = (webdataset_source.plan(webdataset, ratios, seed, label_field) if webdataset else
+            parquet_source.plan(parquet, ratios, seed, label_field))
+  else:
+    raw_real, out_real = os.path.realpath(raw_data_dir), os.path.realpath(output_dir)
+    if out_real == raw_real or out_real.startswith(raw_real + os.sep):
+      raise ValueError(f'Output dir {output_dir} must not be inside raw_data_dir {raw_data_dir} '
+                       '(it would be read as data).')
+    plan = plan_conversion(raw_data_dir, ratios, seed, labels_csv_path, csv_columns, max_classes, multi_label)
   logging.info('Found the %s layout in %s: %s, %d classes.', plan.layout, raw_data_dir,
                ', '.join(f'{s} {len(plan.splits[s])} files' for s in SPLITS), len(plan.class_names))
   if plan.layout not in RATIO_LAYOUTS and ratios != (0.8, 0.1, 0.1):

@@ -11,6 +11,11 @@ separator by --csv_label_separator) make the whole CSV multi-label data (``--csv
 has several); there an empty label cell is an image with none of the classes, a valid negative, kept and counted.
 In single-label data an empty cell is an error.
 
+The shapes other tools export read as they are: Excel's CSVs (a BOM, ``;`` or tab separators, CRLF), one-hot
+columns (Kaggle's ``image_id,healthy,rust,scab``, Roboflow's ``_classes.csv``: where no label column is named and
+every column besides the path and split holds 0/1, a row's labels are its 1 columns), and fastai's ``is_valid``
+column (True: validation, False: train) as the split column.
+
 JSON lines (``.jsonl``, ``.ndjson``) read the same way: one object per image, its keys the columns (a list value is
 the image's labels, ``[]`` a negative), e.g. ``{"image": "a.jpg", "labels": ["cat", "indoor"], "split": "train"}``.
 """
@@ -23,6 +28,10 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from official_input import image_normalisation
 
 SPLIT_VALUES = {'train': 'train', 'validation': 'validation', 'val': 'validation', 'test': 'test'}
+IS_VALID = 'is_valid'  # fastai's split column: True is validation, False train
+IS_VALID_VALUES = {'true': 'validation', '1': 'validation', 'false': 'train', '0': 'train'}
+ONE_HOT_VALUES = {'0': False, '1': True, '0.0': False, '1.0': True, 'true': True, 'false': False}
+DELIMITERS = (',', ';', '\t')  # Excel writes ';' where the decimal mark is ','; '\t': TSV
 # A name without extension matches a file with one of these (any case): not a sidecar (.json, .xml, .txt).
 IMAGE_EXTENSIONS = image_normalisation.IMAGE_EXTENSIONS   # the one list: what the converter and predict read
 MAX_LISTED = 5  # bad rows named in an error; the rest are counted
@@ -83,7 +92,7 @@ def _columns(header: List[str], columns: Columns, csv_path: str) -> Tuple[int, i
     raise ValueError(f'{csv_path}: one column ({header[named[0]]!r}) is named for two roles; the path, label and '
                      'split columns must differ.')
   if split_i is None:
-    split_i = next((i for i, h in enumerate(header) if h.lower() == 'split' and i not in named), None)
+    split_i = next((i for i, h in enumerate(header) if h.lower() in ('split', IS_VALID) and i not in named), None)
   free = [i for i in range(len(header)) if i not in (path_i, label_i, split_i)]
   if path_i is None:
     path_i = free.pop(0) if free else None
@@ -126,7 +135,11 @@ def _read_table(path: str) -> Tuple[List[str], List[Tuple[int, List[Cell]]]]:
     with open(path, newline='', encoding='utf-8-sig') as f:
       if path.lower().endswith(JSON_LINES):
         return _json_lines(path, f)
-      table = [(number, r) for number, r in enumerate(csv.reader(f), start=1) if any(cell.strip() for cell in r)]
+      first = f.readline()
+      f.seek(0)
+      delimiter = max(DELIMITERS, key=first.count)  # the header's separator: ',' unless it has more ';' or tabs
+      table = [(number, r) for number, r in enumerate(csv.reader(f, delimiter=delimiter), start=1)
+               if any(cell.strip() for cell in r)]
   except UnicodeDecodeError as e:
     raise ValueError(f'{path} is not UTF-8 text ({e}): save it as UTF-8 (CSV UTF-8 in Excel).') from None
   except csv.Error as e:
@@ -161,6 +174,23 @@ def _json_lines(path: str, lines) -> Tuple[List[str], List[Tuple[int, List[Cell]
   return header, [(number, [cell(value.get(key)) for key in header]) for number, value in objects]
 
 
+def _one_hot_columns(header: List[str], body: List[Tuple[int, List[Cell]]], columns: Columns, path_i: int,
+                     split_i: Optional[int]) -> List[int]:
+  """The label columns of a one-hot CSV (Kaggle's ``image_id,healthy,rust,scab``, Roboflow's ``_classes.csv``):
+  where no label column is named, at least two columns besides the path and split hold only 0/1 (or True/False);
+  else none. A row's labels are the names of its 1 columns."""
+  if columns.label is not None:
+    return []
+  others = [i for i in range(len(header)) if i not in (path_i, split_i)]
+  if len(others) < 2 or not body:
+    return []
+  for _, cells in body:
+    if len(cells) < len(header) or any(isinstance(cells[i], list) or cells[i].strip().lower() not in ONE_HOT_VALUES
+                                       for i in others):
+      return []
+  return others
+
+
 def _text(cell: Cell) -> str:
   return ' '.join(cell) if isinstance(cell, list) else cell
 
@@ -178,6 +208,7 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
   if len(header) < 2:
     raise ValueError(f'{csv_path} has one column ({header}): expected a path column and a label column.')
   path_i, label_i, split_i = _columns(header, columns, csv_path)
+  one_hot = _one_hot_columns(header, body, columns, path_i, split_i)
   exact, stems = _file_index(image_dir, files)
   csv_real = os.path.realpath(csv_path)
   rows: List[Row] = []
@@ -200,7 +231,7 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
     if path is None:
       missing.append(f'line {number} {name!r}')
       continue
-    cell = cells[label_i]
+    cell = [header[i] for i in one_hot if ONE_HOT_VALUES[cells[i].strip().lower()]] if one_hot else cells[label_i]
     if isinstance(cell, list):   # a JSON list: its items are the labels
       labels = cell
     else:
@@ -213,7 +244,8 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
       continue
     split = None
     if split_i is not None:
-      split = SPLIT_VALUES.get(_text(cells[split_i]).strip().lower())
+      values = IS_VALID_VALUES if header[split_i].lower() == IS_VALID else SPLIT_VALUES
+      split = values.get(_text(cells[split_i]).strip().lower())
       if split is None:
         bad_split.append(f'line {number} {_text(cells[split_i]).strip()!r}')
         continue
@@ -224,6 +256,8 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
     rows.append(Row(path, tuple(labels), split))
   if multi_label or any(len(row.labels) > 1 for row in rows):
     empty = []   # negatives: images with none of the classes
+  elif one_hot:
+    empty = [e + ' (no column is 1)' for e in empty]
   problems = []
   if short:
     problems.append(_listed(short, f'rows with fewer cells than the header ({len(header)})'))
@@ -241,8 +275,8 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
   if repeated:
     problems.append(_listed(repeated, 'rows name a label twice'))
   if bad_split:
-    problems.append(_listed(bad_split, f'rows have an unknown {header[split_i]!r} value (use train, validation, '
-                                       'val or test)'))
+    problems.append(_listed(bad_split, f'rows have an unknown {header[split_i]!r} value (use ' + (
+        'True or False' if header[split_i].lower() == IS_VALID else 'train, validation, val or test') + ')'))
   if problems:
     raise ValueError(f'{csv_path}: ' + '. '.join(problems) + '. Nothing was written.')
   if not rows:

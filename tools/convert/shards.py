@@ -87,7 +87,7 @@ def shard_plan(plan: Plan, shards: Dict[str, Optional[int]]) -> List[Shard]:
       continue
     num = shards.get(split)
     if num is None:
-      num = default_num_shards(split, len(items), sum(os.path.getsize(i.path) for i in items))
+      num = default_num_shards(split, len(items), sum(i.size for i in items))
     elif num > len(items):
       logging.warning('%s: %d shards for %d images: some shards will be empty.', split, num, len(items))
     for index in range(num):
@@ -99,7 +99,7 @@ def write_shards(shards: List[Shard], output_dir: str, labels: Dict[str, int], n
                  apply_exif_orientation: bool, summary: Dict[str, Any], max_image_side: int = 0,
                  leaks: Optional[integrity.LeakedImages] = None) -> None:
   """Streams cleaned images from the workers into the shards, in plan order."""
-  paths = [item.path for _, _, _, items in shards for item in items]
+  paths = [item.source for _, _, _, items in shards for item in items]  # a file, or a sample in an archive
   with clean_images.cleaned_images(paths, apply_exif_orientation, num_workers, max_image_side) as results:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import  # Lazy, while the workers boot.
     done, last_log, start = 0, time.time(), time.time()

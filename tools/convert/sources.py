@@ -7,9 +7,10 @@ split column or by the ratios. Folders are walked following links, each real fol
 would loop, and a file reachable twice would be converted twice, under two classes or in two splits. Planning opens
 no image, so it is quick to rerun and to test.
 """
+import dataclasses
 import os
 import random
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -20,15 +21,28 @@ from tools.convert import stratify
 from tools.convert.splits import SPLITS, split_class_items
 
 SYNSET_LABELS_FILE = 'synset_labels.txt'
-_SPLIT_DIRS = {'train': 'train', 'val': 'validation', 'validation': 'validation', 'test': 'test'}
-RATIO_LAYOUTS = ('class_folders', 'labels_csv')  # the layouts split by the ratios
+_SPLIT_DIRS = {'train': 'train', 'val': 'validation', 'valid': 'validation', 'validation': 'validation',
+               'test': 'test'}  # valid/: Roboflow's exports
+RATIO_LAYOUTS = ('class_folders', 'labels_csv', 'webdataset', 'parquet')  # the layouts split by the ratios
 
 
 class Item(NamedTuple):
-  """One source file and where it goes: its class, or in multi-label data its classes (class_name '')."""
+  """One source file and where it goes: its class, or in multi-label data its classes (class_name ''). A sample
+  inside an archive (webdataset_source.py, parquet_source.py) has a ``member`` the cleaning workers read its bytes
+  from (``.read()``, ``.size``); its path then names it (source_patterns.display_path)."""
   path: str
   class_name: str
   labels: Tuple[str, ...] = ()
+  member: Any = None
+
+  @property
+  def source(self) -> Any:
+    """What the cleaning workers read: the file's path, or the member."""
+    return self.member if self.member is not None else self.path
+
+  @property
+  def size(self) -> int:
+    return self.member.size if self.member is not None else os.path.getsize(self.path)
 
   @property
   def label_names(self) -> Tuple[str, ...]:
@@ -42,7 +56,8 @@ class Plan(NamedTuple):
   splits: Dict[str, List[Item]]
   class_names: List[str]
   loose_files: List[str]  # Files outside any class folder, or no CSV row names (skipped and reported).
-  link_skips: Sequence[Tuple[str, str]] = ()  # (path, why): links to folders or files already read
+  link_skips: Sequence[Tuple[str, str]] = ()  # (path, why): links to folders or files already read; archive
+                                              # samples passed over (no image, no label, a repeated key)
   task: str = labels_csv.SINGLE_LABEL  # or MULTI_LABEL: a labels CSV with several labels (or none) per image
 
 
@@ -89,6 +104,10 @@ def _split_folder_plan(root: str, split_dirs: List[str], walker: '_Walker') -> P
   layout, folder_classes, loose_files = 'split_folders', set(), []
   for d in split_dirs:
     split, path = _SPLIT_DIRS[d], os.path.join(root, d)
+    if os.path.isfile(os.path.join(path, '_classes.csv')):
+      raise ValueError(f"{path} holds _classes.csv (Roboflow's CSV export, a CSV per split): export the data set "
+                       "as 'Folder Structure' instead (its train/, valid/, test/ class folders convert as they are), "
+                       f'or convert one folder with --raw_data_dir={path} --labels_csv={path}/_classes.csv.')
     if split == 'validation' and not _subdirs(path) and _files(path):
       layout = 'imagenet'
       names = _files(path)
@@ -114,61 +133,97 @@ def _split_folder_plan(root: str, split_dirs: List[str], walker: '_Walker') -> P
 
 def _csv_plan(raw_data_dir: str, csv_path: str, columns: labels_csv.Columns, max_classes: Optional[int],
               ratios: Sequence[float], seed: int, walker: _Walker, multi_label: bool = False) -> Plan:
-  """Layout (d): the files a labels CSV names, with its labels; split by its split column, or per class by the
-  ratios (stratified, as class folders are). Files no row names are skipped and reported."""
+  """Layout (d): the files a labels CSV names, with its labels (labelled_plan). Files no row names are skipped and
+  reported."""
   if not os.path.isfile(csv_path):
     raise ValueError(f'--labels_csv {csv_path!r} is not a file.')
   files = walker.files(raw_data_dir)
   rows, unnamed = labels_csv.read(csv_path, raw_data_dir, files, columns, max_classes, multi_label)
-  task = labels_csv.task(rows, multi_label)
-  if task == labels_csv.MULTI_LABEL:
-    return _multi_label_plan(rows, unnamed, raw_data_dir, csv_path, ratios, seed, walker)
-  items = walker.unique([Item(row.path, row.label) for row in rows])
-  kept = {item.path for item in items}
-  names = labels_csv.sorted_class_names(row.label for row in rows)
-  _warn_unnamed(unnamed, raw_data_dir, csv_path)
-  if rows[0].split is None:
-    by_class: Dict[str, List[Item]] = {c: [] for c in names}
-    for item in items:
-      by_class[item.class_name].append(item)
-    return Plan('labels_csv', split_class_items(by_class, ratios, seed), names, unnamed, walker.skips)
-  splits: Dict[str, List[Item]] = {s: [] for s in SPLITS}
-  for row in rows:
-    if row.path in kept:
-      splits[row.split].append(Item(row.path, row.label))
-  if not splits['train']:
-    raise ValueError(f'{csv_path}: no row has split train: the trainer needs train images.')
-  if not splits['validation']:
-    logging.warning('No validation rows in %s: the trainer evaluates on validation-* files.', csv_path)
-  return Plan('labels_csv_splits', {s: sorted(i) for s, i in splits.items()}, names, unnamed, walker.skips)
-
-
-def _warn_unnamed(unnamed: List[str], raw_data_dir: str, csv_path: str) -> None:
   if unnamed:
     logging.warning('%d files under %s are not named in %s and are skipped (summary.json lists them), e.g. %s.',
                     len(unnamed), raw_data_dir, csv_path, ', '.join(unnamed[:3]))
+  multi_label = labels_csv.task(rows, multi_label) == labels_csv.MULTI_LABEL
+  kept = {item.path for item in walker.unique([Item(row.path, '') for row in rows])}
+  return labelled_plan([row for row in rows if row.path in kept], 'labels_csv', csv_path, ratios, seed, multi_label,
+                       loose_files=unnamed, skips=walker.skips)
 
 
-def _multi_label_plan(rows: List[labels_csv.Row], unnamed: List[str], raw_data_dir: str, csv_path: str,
-                      ratios: Sequence[float], seed: int, walker: _Walker) -> Plan:
-  """Multi-label rows: a split column's splits, or iterative stratification by the ratios (rare labels reach
-  validation and test; stratify.py)."""
-  _warn_unnamed(unnamed, raw_data_dir, csv_path)
-  items = walker.unique([Item(row.path, '', row.labels) for row in rows])
-  names = labels_csv.sorted_class_names(label for row in rows for label in row.labels)
+def labelled_plan(rows: List[labels_csv.Row], layout: str, source: str, ratios: Sequence[float], seed: int,
+                  multi_label: bool = False, class_names: Optional[Sequence[str]] = None,
+                  loose_files: Sequence[str] = (), skips: Sequence[Tuple[str, str]] = (),
+                  members: Optional[Dict[str, Any]] = None) -> Plan:
+  """Rows of labelled images (a labels CSV's, or an archive's samples with their ``members`` by path) as a plan:
+  by their split (layout ``<layout>_splits``) or, where rows have none, single-label data per class by the ratios
+  (stratified, as class folders are) and multi-label data by iterative stratification (rare labels reach
+  validation and test; stratify.py). ``class_names``: the label order (default: labels_csv.sorted_class_names)."""
+  task = labels_csv.task(rows, multi_label)
+  single = task == labels_csv.SINGLE_LABEL
+  if class_names is None:
+    class_names = labels_csv.sorted_class_names(label for row in rows for label in row.labels)
+  member = (members or {}).get
+
+  def item(row: labels_csv.Row) -> Item:
+    return Item(row.path, row.label, (), member(row.path)) if single else Item(row.path, '', row.labels,
+                                                                                member(row.path))
+
+  items = [item(row) for row in rows]
   if rows[0].split is None:
-    by_path = {item.path: item for item in items}
-    keys = stratify.iterative_split([(item.path, item.labels) for item in items], ratios, seed)
-    splits = {split: sorted(by_path[key] for key in split_keys) for split, split_keys in zip(SPLITS, keys)}
-    layout = 'labels_csv'
+    if single:
+      by_class: Dict[str, List[Item]] = {c: [] for c in class_names}
+      for i in items:
+        by_class[i.class_name].append(i)
+      splits = split_class_items(by_class, ratios, seed)
+    else:
+      by_path = {i.path: i for i in items}
+      keys = stratify.iterative_split([(i.path, i.labels) for i in items], ratios, seed)
+      splits = {split: sorted(by_path[key] for key in split_keys) for split, split_keys in zip(SPLITS, keys)}
   else:
-    kept = {item.path for item in items}
-    splits = {s: sorted(Item(row.path, '', row.labels) for row in rows if row.split == s and row.path in kept)
-              for s in SPLITS}
-    layout = 'labels_csv_splits'
+    layout += '_splits'
+    splits = {s: sorted(i for i, row in zip(items, rows) if row.split == s) for s in SPLITS}
     if not splits['train']:
-      raise ValueError(f'{csv_path}: no row has split train: the trainer needs train images.')
-  return Plan(layout, splits, names, unnamed, walker.skips, task=labels_csv.MULTI_LABEL)
+      raise ValueError(f'{source}: no row has split train: the trainer needs train images.')
+    if not splits['validation']:
+      logging.warning('No validation rows in %s: the trainer evaluates on validation-* files.', source)
+  return Plan(layout, splits, list(class_names), list(loose_files), skips, task=task)
+
+
+def archive_plan(rows: List[labels_csv.Row], members: Dict[str, Any], skips: List[Tuple[str, str]], layout: str,
+                 source: str, ratios: Sequence[float], seed: int, multi_label: bool, what: str,
+                 class_names: Optional[List[str]] = None) -> Plan:
+  """The plan of an archive's samples (webdataset_source.py, parquet_source.py): ``rows`` by their display paths,
+  ``members`` what the workers read, ``skips`` the samples passed over with why (listed in summary.json, logged
+  once). Empty labels are negatives in multi-label data (``multi_label``: the data's type says so, or a row has
+  several labels) and passed over in single-label data. ``class_names``: the classes in label order (a Hugging Face
+  ClassLabel's); without them class ids (every label a whole number) keep their ids: class i is label i + 1
+  (class_ids)."""
+  if not multi_label and not any(len(row.labels) > 1 for row in rows):
+    skips.extend((row.path, f'empty label ({what})') for row in rows if not row.labels)
+    rows = [row for row in rows if row.labels]
+  if not rows:
+    raise ValueError(f'{source}: no sample has both an image and a label ({len(skips)} passed over, e.g. '
+                     f'{"; ".join(f"{p}: {why}" for p, why in skips[:3])}).')
+  if skips:
+    logging.warning('%d samples passed over (summary.json lists them), e.g. %s.', len(skips),
+                    '; '.join(f'{p}: {why}' for p, why in skips[:3]))
+  names = class_names if class_names is not None else class_ids(rows)
+  if class_names is None and all(label.isdecimal() for row in rows for label in row.labels):
+    rows = [dataclasses.replace(row, labels=tuple(str(int(label)) for label in row.labels)) for row in rows]
+  plan = labelled_plan(rows, layout, source, ratios, seed, multi_label, names, members=members)
+  return finish_plan(plan, seed)._replace(link_skips=skips)  # logged above, once
+
+
+def class_ids(rows: Sequence[labels_csv.Row]) -> Optional[List[str]]:
+  """Where every label is a class id (a whole number) and at least half of 0..the largest are used, the classes
+  0..the largest, so that class i is label i + 1 as in the dataset (an id no sample has still gets its label); else
+  None (names sort as a labels CSV's: numbers numerically)."""
+  labels = {label for row in rows for label in row.labels}
+  if not labels or not all(label.isdecimal() and label.isascii() for label in labels):
+    return None
+  ids = {int(label) for label in labels}
+  if 2 * len(ids) < max(ids) + 1:  # a few ids of many (a subset of ImageNet's): not hundreds of empty classes
+    logging.info('Class ids %s... are sparse: labels follow their order, not the ids.', sorted(ids)[:5])
+    return None
+  return [str(i) for i in range(max(ids) + 1)]
 
 
 def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
@@ -180,11 +235,11 @@ def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1)
   if not os.path.isdir(raw_data_dir):
     raise ValueError(f'--raw_data_dir {raw_data_dir!r} is not a directory.')
   if csv_path:
-    return _finish_plan(_csv_plan(raw_data_dir, csv_path, columns, max_classes, ratios, seed,
-                                  _Walker(raw_data_dir), multi_label), seed)
+    return finish_plan(_csv_plan(raw_data_dir, csv_path, columns, max_classes, ratios, seed,
+                                 _Walker(raw_data_dir), multi_label), seed)
   dirs = _subdirs(raw_data_dir)
   expected = ('expected class folders (<root>/<class>/<images>), split folders (<root>/train/<class>/... with '
-              'val/ or validation/, optionally test/), or the ImageNet layout (train/<synset>/*.JPEG, flat '
+              'val/, valid/ or validation/, optionally test/), or the ImageNet layout (train/<synset>/*.JPEG, flat '
               f'validation/*.JPEG and {SYNSET_LABELS_FILE})')
   if not dirs:
     raise ValueError(f'{raw_data_dir} has no subfolders: {expected}.')
@@ -203,10 +258,11 @@ def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1)
     unique = set(map(id, walker.unique([i for c in sorted(by_class) for i in by_class[c]])))
     by_class = {c: [i for i in items if id(i) in unique] for c, items in by_class.items()}
     plan = Plan('class_folders', split_class_items(by_class, ratios, seed), sorted(by_class), loose, walker.skips)
-  return _finish_plan(plan, seed)
+  return finish_plan(plan, seed)
 
 
-def _finish_plan(plan: Plan, seed: int) -> Plan:
+def finish_plan(plan: Plan, seed: int) -> Plan:
+  """Logs what was passed over and the classes without files, and shuffles train with the seed."""
   for path, why in plan.link_skips:
     logging.warning('Skipping %s: %s.', path, why)
   used = {name for items in plan.splits.values() for item in items for name in item.label_names}

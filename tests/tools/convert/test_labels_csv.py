@@ -244,3 +244,38 @@ def test_csv_multi_label_keeps_negatives_where_no_row_has_several_labels(tmp_pat
   summary = _convert(raw, tmp_path / 'out', _csv(tmp_path / 'labels.csv', rows), multi_label=True,
                      train_ratio=0.5, validation_ratio=0.5, test_ratio=0.0)
   assert summary['task'] == 'multi_label' and sum(summary['splits'][s]['negatives'] for s in summary['splits']) == 1
+
+
+def _read_text(tmp_path, text: str, newline: str = '\n', encoding: str = 'utf-8', n: int = 4):
+  """labels_csv.read of a CSV written as given, against train_0..train_{n-1}.jpg."""
+  raw, _ = _flat(tmp_path / 'images', n)
+  path = tmp_path / 'labels.csv'
+  path.write_bytes(text.replace('\n', newline).encode(encoding))
+  files = sorted(os.path.join(raw, f) for f in os.listdir(raw))
+  rows, _ = labels_csv.read(str(path), raw, files)
+  return {os.path.basename(r.path): (r.labels, r.split) for r in rows}
+
+
+def test_excel_csvs_with_a_bom_semicolons_or_tabs_and_crlf(tmp_path):
+  want = {'train_0.jpg': (('cat',), None), 'train_1.jpg': (('dog',), None)}
+  for separator in (';', '\t', ','):
+    text = f'image{separator}label\ntrain_0{separator}cat\ntrain_1{separator}dog\n'
+    assert _read_text(tmp_path, text, '\r\n', 'utf-8-sig') == want, separator
+
+
+def test_one_hot_columns_as_kaggle_and_roboflow_export_them(tmp_path):
+  got = _read_text(tmp_path, 'image_id,healthy,rust,scab\ntrain_0,1,0,0\ntrain_1,0,0,1\ntrain_2,0,1,0\n')
+  assert got == {'train_0.jpg': (('healthy',), None), 'train_1.jpg': (('scab',), None),
+                 'train_2.jpg': (('rust',), None)}
+  got = _read_text(tmp_path, 'filename, cat, dog, owl\ntrain_0.jpg, 1, 1, 0\ntrain_1.jpg, 0, 0, 0\n'
+                             'train_2.jpg, 0, 0, 1\n')   # Roboflow's _classes.csv: multi-label, a negative
+  assert got == {'train_0.jpg': (('cat', 'dog'), None), 'train_1.jpg': ((), None), 'train_2.jpg': (('owl',), None)}
+  with pytest.raises(ValueError, match=r"empty 'healthy' cell.*\(no column is 1\)"):
+    _read_text(tmp_path, 'image_id,healthy,rust\ntrain_0,1,0\ntrain_1,0,0\n')
+
+
+def test_fastais_is_valid_column_is_the_split(tmp_path):
+  got = _read_text(tmp_path, 'fname,labels,is_valid\ntrain_0.jpg,cat,False\ntrain_1.jpg,dog owl,True\n')
+  assert got == {'train_0.jpg': (('cat',), 'train'), 'train_1.jpg': (('dog', 'owl'), 'validation')}
+  with pytest.raises(ValueError, match=r"unknown 'is_valid' value \(use True or False\)"):
+    _read_text(tmp_path, 'fname,labels,is_valid\ntrain_0.jpg,cat,maybe\n')

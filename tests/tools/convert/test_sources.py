@@ -91,3 +91,24 @@ def test_links_are_followed_once_per_real_folder_and_file_and_loops_are_named(tm
   assert skipped[os.path.join('cat', 'all')].startswith('a link to a folder read already')
   assert skipped[os.path.join('cat', 'also_dog.jpg')] == f'a second way to one file (a link): {root}/dog/dog_00.jpg'
   assert summary['skipped_counts'] == {'a link to a folder read already': 1, 'a second way to one file': 1}
+
+
+def test_roboflows_folder_export_with_valid_keeps_the_split(tmp_path):
+  """Roboflow's classification export as folders: train/, valid/ and test/, each of class folders."""
+  for split in ('train', 'valid', 'test'):
+    for c in ('cat', 'dog'):
+      os.makedirs(tmp_path / split / c)
+      (tmp_path / split / c / f'{split}.jpg').write_bytes(b'x')
+  plan = plan_conversion(str(tmp_path))
+  assert plan.layout == 'split_folders' and {s: len(plan.splits[s]) for s in SPLITS} == {
+      'train': 2, 'validation': 2, 'test': 2}
+  assert plan.splits['validation'][0].path.endswith('valid/cat/valid.jpg')
+
+
+def test_roboflows_csv_export_is_refused_with_the_fix(tmp_path):
+  for split in ('train', 'valid'):
+    os.makedirs(tmp_path / split)
+    (tmp_path / split / 'a.jpg').write_bytes(b'x')
+    (tmp_path / split / '_classes.csv').write_text('filename, cat, dog\na.jpg, 1, 0\n')
+  with pytest.raises(ValueError, match="Roboflow's CSV export.*'Folder Structure'.*--labels_csv=.*_classes.csv"):
+    plan_conversion(str(tmp_path))
