@@ -50,7 +50,7 @@ STRATEGIES = ('auto', 'one_device', 'mirrored', 'multi_worker_mirrored', 'tpu')
 PRECISIONS = ('float32', 'bfloat16', 'float16')
 TFLITE_QUANTIZATIONS = ('float16', 'dynamic_int8', 'int8')  # resnet/export/tflite_export.QUANTIZATIONS (a test)
 ONNX_QUANTIZATIONS = ('float16', 'int8')  # resnet/export/onnx_export.QUANTIZATIONS (a test)
-OPTIMIZERS = ('momentum', 'adamw', 'lamb')
+OPTIMIZERS = ('momentum', 'adamw', 'lamb', 'muon')
 
 PARAMS: Tuple[Param, ...] = (
     # --- model ---
@@ -180,14 +180,23 @@ PARAMS: Tuple[Param, ...] = (
       'torch.optim.AdamW (Adam with weight_decay decoupled: w -= lr * weight_decay * w on the L2 set, no L2 term in '
       'the loss; timm\'s fine-tuning default, where weight_decay is typically 0.01-0.05 and base_learning_rate '
       'about 1e-4); lamb: timm\'s Lamb (AdamW\'s step scaled per layer by |w|/|step|; \'ResNet strikes back\' A1/A2; '
-      'timm\'s defaults are adam_epsilon=1e-6 clip_grad_norm=1.0 weight_decay_biases=false). Training resumes '
-      'only with the optimizer it started with.', choices=OPTIMIZERS),
-    P('adam_beta1', 0.9, 'adamw, lamb: decay of the gradient\'s running mean.', float, checks=('>= 0', '< 1'),
-      modes=TRAINING),
-    P('adam_beta2', 0.999, 'adamw, lamb: decay of the squared gradient\'s running mean.', float,
+      'timm\'s defaults are adam_epsilon=1e-6 clip_grad_norm=1.0 weight_decay_biases=false); muon: Keller Jordan\'s '
+      'Muon on the conv kernels (each orthogonalised as a matrix [out, kh kw in]; base_learning_rate is Muon\'s, '
+      'about 0.02 x 256 / train_batch_size for the reference\'s 0.02), AdamW on the rest (muon_adamw_lr_ratio). '
+      'Training resumes only with the optimizer it started with.', choices=OPTIMIZERS),
+    P('adam_beta1', 0.9, 'adamw, lamb, muon\'s AdamW: decay of the gradient\'s running mean.', float,
       checks=('>= 0', '< 1'), modes=TRAINING),
-    P('adam_epsilon', 1e-8, 'adamw, lamb: added to the bias-corrected root mean square.', float, checks=('> 0',),
-      modes=TRAINING),
+    P('adam_beta2', 0.999, 'adamw, lamb, muon\'s AdamW: decay of the squared gradient\'s running mean.', float,
+      checks=('>= 0', '< 1'), modes=TRAINING),
+    P('adam_epsilon', 1e-8, 'adamw, lamb, muon\'s AdamW: added to the bias-corrected root mean square.', float,
+      checks=('> 0',), modes=TRAINING),
+    P('muon_momentum', 0.95, 'muon: the momentum of its kernels (the reference\'s 0.95; use_nesterov applies).',
+      float, checks=('>= 0', '< 1'), modes=TRAINING),
+    P('muon_ns_steps', 5, 'muon: Newton-Schulz iterations per orthogonalisation (the reference\'s 5).',
+      checks=('>= 1', '<= 20'), modes=TRAINING),
+    P('muon_adamw_lr_ratio', 0.015, 'muon: the learning rate of the AdamW that updates the biases, normalisation '
+      'and the classifier, as a share of the scheduled one (the reference\'s 3e-4 for Muon\'s 0.02: 0.015).',
+      float, checks=('> 0',), modes=TRAINING),
     P('momentum', 0.9, 'SGD momentum.', checks=('>= 0', '< 1'), modes=TRAINING),
     P('use_nesterov', True, 'Nesterov momentum (the momentum optimizer only: LARS, as the reference, has none).',
       modes=TRAINING),

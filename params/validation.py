@@ -87,7 +87,7 @@ def lars_is_the_momentum_optimizer(p: Mapping[str, Any]) -> Optional[str]:
 
 
 def _optimizer_name(p: Mapping[str, Any]) -> str:
-  return 'LARS' if p['enable_lars'] else {'adamw': 'AdamW', 'lamb': 'LAMB'}.get(p['optimizer'], '')
+  return 'LARS' if p['enable_lars'] else {'adamw': 'AdamW', 'lamb': 'LAMB', 'muon': 'Muon'}.get(p['optimizer'], '')
 
 
 def layer_decay_needs_momentum(p: Mapping[str, Any]) -> Optional[str]:

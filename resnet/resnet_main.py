@@ -173,7 +173,10 @@ def main(argv: Any) -> None:
     lock = (run_lock.training_lock(params.model_dir) if training and distribution.is_chief_task()
             else contextlib.nullcontext())
     with lock:
-      # Refuses a model_dir that holds another model, before anything is written; training records its params.
+      # Refuses a model_dir that holds another model, or a resume its first start's choices do not fit, before
+      # anything is written; training records its params.
+      if training:
+        wiring.check_resume(params)
       model_dir_lib.check_and_record(params, record=training)
       finished_run.check_data(params, mode)
       run(mode, params)

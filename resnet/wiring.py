@@ -12,14 +12,18 @@ from official_input import imagenet_input
 from official_input import resnet_preprocessing
 from params.params_dict import ParamsDict as Params
 from resnet.run_setup import finished_run
+from resnet.run_dir import hparams
 from resnet.run_dir import model_dir as model_dir_lib
+from resnet.run_dir import run_start
 from resnet.run_setup import run_params
 from resnet.estimator import best_checkpoint as best_checkpoint_lib
+from resnet.estimator import checkpoints as checkpoints_lib
 from resnet.estimator import hooks as hooks_lib
 from resnet.estimator.estimator import Estimator
 from resnet.estimator.spec import StagedInput
 from resnet.evaluation import class_names
 from resnet.task import tasks
+from resnet.training import distillation
 from resnet.training import divergence
 from resnet.training import resnet_model_fn
 
@@ -43,10 +47,69 @@ class TrainInput:
     return sum(source.lost_records for source in self.sources)
 
 
+SIZE_STAGES = 'size_stages'   # run_start.json's entry: the stages a run planned at its first start
+_KEPT_LOGGED = set()   # (model_dir, train_steps) whose kept stages were logged (once a start, not at each ask)
+
+
 def size_stages(params: Params) -> List[Tuple[int, int]]:
-  """(first step, image size) of each stage of train_size_schedule: equal shares of train_steps, in order."""
-  sizes = list(params.train_size_schedule or [])
-  return [(params.train_steps * i // len(sizes), int(size)) for i, size in enumerate(sizes)]
+  """(first step, image size) of each stage of train_size_schedule: equal shares of train_steps, in order, as the run
+  planned them at its first start (run_start.json). A resume with another train_steps keeps them (equal shares of
+  the new count would move the boundaries, and a longer run would go back to a smaller size): the last stage takes
+  the steps added or loses those removed; one that would end before the last stage starts is refused. A changed
+  schedule is a new plan, over the train_steps it is given with."""
+  sizes = [int(size) for size in params.train_size_schedule or []]
+  planned = [(params.train_steps * i // len(sizes), size) for i, size in enumerate(sizes)]
+  if not sizes or not checkpoints_lib.has_checkpoint(params.model_dir):
+    return planned
+  recorded = run_start.read(params.model_dir).get(SIZE_STAGES) or {}
+  if recorded.get('sizes') != sizes:
+    return planned
+  stages = [(int(start), int(size)) for start, size in recorded['stages']]
+  try:
+    reached = max(checkpoints_lib.checkpoint_step(checkpoints_lib.latest(params.model_dir) or ''), 0)
+  except checkpoints_lib.IncompleteCheckpoints:   # the runner names those when it restores
+    reached = 0
+  if reached < params.train_steps <= stages[-1][0]:   # steps to train, none of them at the last size
+    raise ValueError(
+        f'train_steps={params.train_steps} ends before the last stage of progressive resizing in '
+        f'{params.model_dir}: its train_size_schedule={sizes} was planned at the run\'s start over train_steps='
+        f'{recorded["train_steps"]} ({_described(stages)}), so {stages[-1][1]} px would start at step '
+        f'{stages[-1][0]} and never train. Resume with train_steps above {stages[-1][0]} (e.g. '
+        f'{recorded["train_steps"]}), or start a new --model_dir.')
+  if stages != planned and (params.model_dir, params.train_steps) not in _KEPT_LOGGED:
+    _KEPT_LOGGED.add((params.model_dir, params.train_steps))
+    logging.info('Progressive resizing keeps the stages this run planned at its start over train_steps=%d (%s); '
+                 'train_steps=%d now: %d px trains to the end.', recorded['train_steps'], _described(stages),
+                 params.train_steps, stages[-1][1])
+  return stages
+
+
+def _described(stages: List[Tuple[int, int]]) -> str:
+  return ', '.join(f'{size} px from step {start}' for start, size in stages)
+
+
+def check_resume(params: Params) -> None:
+  """Before a training run writes anything: what its first start fixed must still hold (size stages that the new
+  train_steps reaches, a pinned teacher checkpoint that is still there); raises naming the fix."""
+  size_stages(params)
+  if distillation.enabled(params):
+    distillation.teacher_path(params, resolve=not checkpoints_lib.has_checkpoint(params.model_dir))
+
+
+def record_run_start(params: Params) -> None:
+  """(chief) What this start fixed, for every later one: the size stages, the teacher's checkpoint."""
+  entries = {}
+  if params.train_size_schedule:
+    sizes, stages = [int(s) for s in params.train_size_schedule], size_stages(params)
+    recorded = run_start.read(params.model_dir).get(SIZE_STAGES) or {}
+    if recorded.get('sizes') != sizes or [tuple(s) for s in recorded.get('stages', [])] != stages:  # a new plan
+      entries[SIZE_STAGES] = dict(sizes=sizes, train_steps=params.train_steps, stages=[list(s) for s in stages])
+  if distillation.enabled(params):
+    entries[distillation.PINNED] = dict(
+        given=params.teacher_checkpoint,
+        checkpoint=distillation.teacher_path(params, resolve=not checkpoints_lib.has_checkpoint(params.model_dir)))
+  if entries:
+    run_start.record(params.model_dir, **entries)
 
 
 def train_input(params: Params) -> TrainInput:
@@ -59,8 +122,7 @@ def train_input(params: Params) -> TrainInput:
   seed = lambda i: None if params.random_seed is None else params.random_seed + i
   sources = [imagenet_input.ImageNetInput.from_params(params, split='train', image_size=size, seed=seed(i))
              for i, (_, size) in enumerate(stages)]
-  logging.info('Progressive resizing (train_size_schedule): %s; eval at %d px.',
-               ', '.join(f'{size} px from step {start}' for start, size in stages),
+  logging.info('Progressive resizing (train_size_schedule): %s; eval at %d px.', _described(stages),
                resnet_preprocessing.image_size(params, training=False))
   return TrainInput(sources, StagedInput(tuple((start, source.input_fn)
                                                for (start, _), source in zip(stages, sources))))
@@ -114,7 +176,7 @@ def eval_weights(estimator: Estimator):
 
 def training_starts(estimator: Estimator, params: Params) -> None:
   """Before training: the warm start of a new run, the recipe advice, and (chief) the run's record that it is not
-  finished and of the class names it trains with."""
+  finished, of the class names it trains with and of its params in TensorBoard's HParams dashboard (once a run)."""
   warm_start_if_new(estimator, params)
   advice = run_params.recipe_advice(params)
   if advice:
@@ -123,15 +185,21 @@ def training_starts(estimator: Estimator, params: Params) -> None:
   def record() -> None:
     finished_run.clear_end(params.model_dir)
     model_dir_lib.record_class_names(params.model_dir, class_names.data_labels_path(params))
+    record_run_start(params)
+    hparams.write_session(estimator, params)
   estimator.on_chief(record, f'record the run in {params.model_dir}')
 
 
 def training_ended(estimator: Estimator, params: Params) -> None:
   """After training ended on its own (train_steps, or early stopping): continuous eval of this run ends after the
-  step it reached."""
+  step it reached; the HParams dashboard gets the run's best metric (best/'s)."""
   step = int(estimator.global_step.numpy())
   why = 'train_steps reached' if step >= params.train_steps else 'early stopping'
-  estimator.on_chief(lambda: finished_run.record_end(params.model_dir, step, why), 'record the end of training')
+
+  def record() -> None:
+    finished_run.record_end(params.model_dir, step, why)
+    hparams.write_best(estimator, params, step)
+  estimator.on_chief(record, 'record the end of training')
 
 
 def warm_start_if_new(estimator: Estimator, params: Params) -> None:

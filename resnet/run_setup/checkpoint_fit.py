@@ -9,11 +9,18 @@ holds (its run's params.yaml when there is one, else the depth and classes read 
 Keras tracks a model's layers by position (``model/_operations/<j>``), so the comparison is per position: the
 variables of layer j in the checkpoint's object graph (wherever the checkpoint keyed them: a training checkpoint
 keys trainable ones under the optimizer) against the built layer j's.
+
+A run may resume in another precision (float16 on GPUs, bfloat16 on TPUs and CPUs): float16 wraps the optimizer in
+Keras' LossScaleOptimizer, whose checkpoint keys the optimizer's state one level down (``optimizer/inner_optimizer``)
+and puts the loss scale's counters where the plain optimizer's slots are (TensorFlow's "expected dtype int64 does
+not equal original dtype float"). The optimizer is then restored through a stand-in of the checkpoint's layout
+(``optimizer_stand_in``): its slots and step count, all of them; a loss scale the checkpoint lacks starts afresh.
 """
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
+import keras
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
@@ -32,14 +39,46 @@ class CheckpointMismatch(ValueError):
   """The checkpoint holds another model than the params build."""
 
 
-def restore_check(params: Mapping[str, Any]) -> Callable[[str, Mapping[str, Any]], None]:
-  def check(path: str, objects: Mapping[str, Any]) -> None:
+def restore_check(params: Mapping[str, Any]
+                  ) -> Callable[[str, Mapping[str, Any]], Optional[Dict[str, Any]]]:
+  def check(path: str, objects: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     model = objects.get(resnet_model_fn.MODEL)
     if model is not None:
       problem = mismatch(path, model, params)
       if problem:
         raise CheckpointMismatch(problem)
+    stand_in = optimizer_stand_in(path, objects.get(resnet_model_fn.OPTIMIZER), params)
+    return None if stand_in is None else {**objects, resnet_model_fn.OPTIMIZER: stand_in}
   return check
+
+
+def _loss_scaled_in(path: str) -> Optional[bool]:
+  """Whether the checkpoint's optimizer is a LossScaleOptimizer (None: it holds no optimizer)."""
+  graph = _object_graph(path)
+  optimizer = _child(graph, 0, resnet_model_fn.OPTIMIZER) if graph is not None else None
+  if optimizer is None:
+    return None
+  return _child(graph, optimizer, 'inner_optimizer') is not None
+
+
+def optimizer_stand_in(path: str, optimizer: Any, params: Mapping[str, Any]) -> Any:
+  """None when the checkpoint's optimizer has this run's layout; else what to restore in its place: the run's
+  optimizer inside a stand-in keyed as the checkpoint's LossScaleOptimizer (float16 -> another precision), or the
+  run's LossScaleOptimizer's inner optimizer (another precision -> float16, whose loss scale starts afresh)."""
+  if optimizer is None:
+    return None
+  scaled_here = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+  scaled_there = _loss_scaled_in(path)
+  if scaled_there is None or scaled_there == scaled_here:
+    return None
+  if scaled_there:
+    logging.info('Checkpoint %s was trained with float16 loss scaling; this run is %s: its optimizer state (slots, '
+                 'step count) is restored without the loss scale.', path, params['precision'])
+    return tf.train.Checkpoint(inner_optimizer=optimizer)
+  logging.info('Checkpoint %s was trained without float16 loss scaling; this run is float16: its optimizer state '
+               '(slots, step count) is restored into the loss-scaled optimizer, whose loss scale starts at %g.', path,
+               float(optimizer.dynamic_scale.numpy()))
+  return optimizer.inner_optimizer
 
 
 def _checkpoint_layers(path: str) -> Dict[int, List[Tuple[int, ...]]]:
@@ -47,14 +86,10 @@ def _checkpoint_layers(path: str) -> Dict[int, List[Tuple[int, ...]]]:
   layers there, e.g. a TF1 checkpoint)."""
   reader = tf.train.load_checkpoint(path)
   shapes = reader.get_variable_to_shape_map()
-  if '_CHECKPOINTABLE_OBJECT_GRAPH' not in shapes:
+  graph = _object_graph(path, reader)
+  if graph is None:
     return {}
-  graph = trackable_object_graph_pb2.TrackableObjectGraph()
-  graph.ParseFromString(reader.get_tensor('_CHECKPOINTABLE_OBJECT_GRAPH'))
-
-  def child(node: int, name: str) -> Optional[int]:
-    return next((c.node_id for c in graph.nodes[node].children if c.local_name == name), None)
-
+  child = lambda node, name: _child(graph, node, name)
   model = child(0, resnet_model_fn.MODEL)
   operations = child(model, '_operations') if model is not None else None
   if operations is None:
@@ -67,6 +102,20 @@ def _checkpoint_layers(path: str) -> Dict[int, List[Tuple[int, ...]]]:
     if variables:
       layers[int(reference.local_name)] = sorted(variables)
   return layers
+
+
+def _object_graph(path: str, reader=None) -> Optional[trackable_object_graph_pb2.TrackableObjectGraph]:
+  """The checkpoint's object graph (None for a checkpoint without one, e.g. a TF1 one)."""
+  reader = reader or tf.train.load_checkpoint(path)
+  if '_CHECKPOINTABLE_OBJECT_GRAPH' not in reader.get_variable_to_shape_map():
+    return None
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(reader.get_tensor('_CHECKPOINTABLE_OBJECT_GRAPH'))
+  return graph
+
+
+def _child(graph: trackable_object_graph_pb2.TrackableObjectGraph, node: int, name: str) -> Optional[int]:
+  return next((c.node_id for c in graph.nodes[node].children if c.local_name == name), None)
 
 
 def _model_layers(model) -> Dict[int, Tuple[str, List[Tuple[int, ...]]]]:

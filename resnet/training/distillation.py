@@ -10,7 +10,9 @@ The teacher is any ResNet that ``--resnet_checkpoint`` reads (a finished run of 
 checkpoint, Keras / torchvision / timm weights), at any depth, with the student's classes. It sees the student's
 training images (after mixup/CutMix) in inference mode and never trains: its variables are no trainable variables
 of the step, the optimizer never sees them, and checkpoints do not hold them (the teacher is read from
-``teacher_checkpoint`` at every start, a resume too).
+``teacher_checkpoint`` at every start, a resume too). A teacher given as a directory (a run, which may still be
+training) is read from the checkpoint it resolved to at the student's first start, pinned in the student's
+``run_start.json`` (``teacher_path``): a resume reads the same teacher, not that run's newest checkpoint.
 """
 import os
 from typing import Any, Dict, Mapping, Tuple
@@ -22,17 +24,51 @@ import tensorflow as tf
 from params import architectures
 from params import resnet_config
 from params.model_config import ModelConfig
+from resnet.estimator import checkpoints as checkpoints_lib
 from resnet.run_dir import model_dir as model_dir_lib
+from resnet.run_dir import run_start
 from resnet.model import resnet_model
 from resnet.task import tasks
 from resnet.weights import foreign_weights
 from resnet.weights import warm_start
 
 TEACHER = 'teacher'
+PINNED = 'teacher'   # run_start.json's entry: the teacher_checkpoint given and the checkpoint it was pinned to
 
 
 def enabled(params: Mapping[str, Any]) -> bool:
   return bool(params['teacher_checkpoint'])
+
+
+def teacher_path(params: Mapping[str, Any], resolve: bool = False) -> str:
+  """Where the teacher's weights are read: ``teacher_checkpoint`` as given when it names a file; a directory's
+  checkpoint as pinned in the run's run_start.json when it was given the same directory, unless ``resolve`` (a
+  run's first start: its latest checkpoint now, which the chief then records). A pinned checkpoint that is gone is
+  an error naming it and the fix (a newer one is never taken silently)."""
+  given = params['teacher_checkpoint']
+  if not foreign_weights.is_directory(given):
+    return given
+  pinned = (run_start.read(params['model_dir']).get(PINNED) or {}) if not resolve else {}
+  if pinned.get('given') != given:
+    try:
+      return checkpoints_lib.resolve(given)
+    except FileNotFoundError as e:
+      raise FileNotFoundError(f'teacher_checkpoint: {e}') from None
+  path = pinned['checkpoint']
+  if not checkpoints_lib.is_complete(path):
+    raise FileNotFoundError(
+        f'teacher_checkpoint={given}: this run\'s teacher is {path}, the checkpoint that directory held at the run\'s '
+        f'first start (kept in {run_start.path_of(params["model_dir"])} so that every resume learns from the same '
+        f'teacher), and it is gone (keep_checkpoint_max of a run still training?). Restore it, point '
+        f'--teacher_checkpoint at that checkpoint where it is now, or name another teacher checkpoint explicitly.')
+  try:
+    latest = checkpoints_lib.latest(given)
+  except Exception:  # pylint: disable=broad-except  (only for the log line below)
+    latest = None
+  if latest and latest != path:
+    logging.info('Distillation teacher: %s, pinned at this run\'s first start; %s holds a newer one (%s), which this '
+                 'run does not take.', path, given, latest)
+  return path
 
 
 def teacher_config(params: Mapping[str, Any]) -> Tuple[ModelConfig, str, bool]:
@@ -91,7 +127,8 @@ def build_teacher(params: Mapping[str, Any], dtype_policy: str) -> keras.Model:
   """The teacher with its weights, all of them (the head included: another head would teach noise), frozen."""
   config, source, moving_average = teacher_config(params)
   teacher = resnet_model.resnet(config, dtype_policy)
-  summary = warm_start.warm_start(teacher, params['teacher_checkpoint'], use_moving_average=moving_average)
+  path = teacher_path(params)
+  summary = warm_start.warm_start(teacher, path, use_moving_average=moving_average)
   head = [(ckpt[-1], model[-1]) for name, ckpt, model in summary.skipped if name == 'dense/bias']
   if head:   # a checkpoint whose classes nothing else said (a reference TF1 one)
     raise _other_classes(source, *head[0])
@@ -100,9 +137,10 @@ def build_teacher(params: Mapping[str, Any], dtype_policy: str) -> keras.Model:
                                             "the student's classes.")
   teacher.trainable = False
   variant = ', '.join(f'{k}={getattr(config, k)!r}' for k in architectures.VARIANT_PARAMS)
-  logging.info('Distillation teacher: ResNet-%d, %d classes, %s%s, from %s; weight %g, temperature %g.',
+  logging.info('Distillation teacher: ResNet-%d, %d classes, %s%s, from %s%s; weight %g, temperature %g.',
                config.resnet_depth, config.num_label_classes, variant,
-               ', its moving averages' if moving_average else '', source, params['distill_weight'],
+               ', its moving averages' if moving_average else '', source,
+               f' (checkpoint {path})' if path != params['teacher_checkpoint'] else '', params['distill_weight'],
                params['distill_temperature'])
   return teacher
 

@@ -9,9 +9,17 @@ there under TF 2) with its weight decay and skip list; its learning-rate schedul
 
 ``AdamW`` is ``torch.optim.AdamW`` (timm's and most guides' default for fine-tuning): Adam with the weight decay
 decoupled from the gradient, on the variables the L2 term would cover.
+
+``Muon`` is Keller Jordan's Muon (``MuonWithAuxAdam``) for ResNets: the conv kernels orthogonalised as 2-D
+matrices, everything else AdamW. Keras 3's ``keras.optimizers.Muon`` is not used: it gives every variable that is not
+2-D (every conv kernel) to AdamW, so a ResNet under it would be AdamW with Keras' epsilon.
+
+``clip_then_decay`` is the one home of ``clip_grad_norm``: the loss gradient is clipped, the L2 term's gradient
+added after (torchvision and timm clip ``.grad`` and decay in the optimizer's step).
 """
+import math
 import re
-from typing import Callable, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Union
 
 import keras
 from keras import ops
@@ -167,6 +175,127 @@ class Lamb(AdamW):
     trust = ops.where(safe, ops.divide(w_norm, ops.where(safe, u_norm, ops.ones_like(u_norm))),
                       ops.ones_like(w_norm))
     return ops.multiply(step, trust)
+
+
+# ------------------------------------------------------------------------------------------------ Muon
+# The reference's quintic Newton-Schulz coefficients (Keller Jordan's ``zeropower_via_newtonschulz5``).
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+
+def orthogonalised(matrix, steps: int):
+  """The reference's ``zeropower_via_newtonschulz5`` of a 2-D tensor (in float32; the reference runs it in bfloat16):
+  the wide orientation (rows <= columns), divided by its Frobenius norm + 1e-7, then ``steps`` times
+  X <- a X + (b A + c A A) X with A = X X^T; the original orientation back."""
+  a, b, c = NS_COEFFICIENTS
+  tall = matrix.shape[0] > matrix.shape[1]
+  x = ops.transpose(matrix) if tall else matrix
+  x = ops.divide(x, ops.add(ops.sqrt(ops.sum(ops.square(x))), 1e-7))
+  for _ in range(steps):
+    gram = ops.matmul(x, ops.transpose(x))
+    x = ops.add(ops.multiply(x, a), ops.matmul(ops.add(ops.multiply(gram, b), ops.multiply(ops.matmul(gram, gram), c)),
+                                              x))
+  return ops.transpose(x) if tall else x
+
+
+def uses_muon(variable) -> bool:
+  """Whether Muon (not its AdamW) updates ``variable``: the conv kernels (4-D), a ResNet's hidden matrices. The
+  classifier's 2-D kernel is the output layer, which the reference leaves to AdamW with the biases and the
+  normalisation parameters."""
+  return len(variable.shape) == 4
+
+
+class Muon(AdamW):
+  """Muon (Keller Jordan, 2024; ``MuonWithAuxAdam``) on the conv kernels, this module's AdamW on the rest.
+
+  A conv kernel ``w`` (Keras' [kh, kw, in, out]) with gradient ``g``, per step:
+    m = momentum m + (1 - momentum) g;  u = (1 - momentum) g + momentum m   (Nesterov; without it u = m)
+    U = orthogonalised(u as the matrix [out, kh kw in], ns_steps) * sqrt(max(1, out / (kh kw in)))
+    w <- w (1 - lr weight_decay) - lr U            (the decay where ``decayed``, as AdamW's)
+  The reference views torch's [out, in, kh, kw] as [out, in kh kw]; ours orders the columns (kh, kw, in), and the
+  iteration commutes with reordering columns, so the update is the same. Every other variable takes AdamW's step at
+  ``learning_rate * adamw_lr_ratio`` (the reference's separate Adam learning rate, as a share of the scheduled one,
+  so that warm-up and decay move both). A step a loss-scale optimizer skips does not count in AdamW's t.
+  """
+
+  def __init__(self, learning_rate=0.02, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
+               adamw_lr_ratio: float = 0.015, name: str = 'muon', **kwargs):
+    super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+    if not 0.0 <= momentum < 1.0:
+      raise ValueError(f'momentum must be in [0, 1), got {momentum}')
+    if ns_steps < 1:
+      raise ValueError(f'ns_steps must be >= 1, got {ns_steps}')
+    if adamw_lr_ratio <= 0.0:
+      raise ValueError(f'adamw_lr_ratio must be > 0, got {adamw_lr_ratio}')
+    self.momentum, self.nesterov, self.ns_steps, self.adamw_lr_ratio = momentum, nesterov, ns_steps, adamw_lr_ratio
+
+  def build(self, variables):
+    if self.built:
+      return
+    ReplicaSumOptimizer.build(self, variables)
+    self._muon = [uses_muon(v) for v in variables]
+    # One momentum per Muon kernel, AdamW's two moments for the rest (no slot a variable does not use).
+    self.momentums = [self.add_variable_from_reference(v, 'momentum') if muon else None
+                      for v, muon in zip(variables, self._muon)]
+    self.first_moments = [None if muon else self.add_variable_from_reference(v, 'm')
+                          for v, muon in zip(variables, self._muon)]
+    self.second_moments = [None if muon else self.add_variable_from_reference(v, 'v')
+                           for v, muon in zip(variables, self._muon)]
+    self._decays = [bool(self.decoupled_weight_decay) and self.decayed(_path(v)) for v in variables]
+
+  def muon_updates(self, variable) -> bool:
+    """Whether ``variable`` (one the optimizer was built with) takes Muon's step (else AdamW's)."""
+    return self._muon[self._get_variable_index(variable)]
+
+  def update_step(self, gradient, variable, learning_rate):
+    index = self._get_variable_index(variable)
+    if not self._muon[index]:
+      super().update_step(gradient, variable, ops.multiply(learning_rate, self.adamw_lr_ratio))
+      return
+    dtype = variable.dtype
+    lr = ops.cast(learning_rate, dtype)
+    grad = ops.cast(gradient, dtype)
+    m = self.momentums[index]
+    self.assign(m, ops.add(ops.multiply(m, self.momentum), ops.multiply(grad, 1.0 - self.momentum)))
+    u = ops.add(ops.multiply(grad, 1.0 - self.momentum), ops.multiply(m, self.momentum)) if self.nesterov else m
+    shape = tuple(variable.shape)
+    rows, columns = shape[-1], math.prod(shape[:-1])   # torch's [out, in kh kw], transposed
+    update = ops.reshape(orthogonalised(ops.reshape(u, (columns, rows)), self.ns_steps), shape)
+    update = ops.multiply(update, math.sqrt(max(1.0, rows / columns)))
+    if self._decays[index]:
+      self.assign(variable, ops.multiply(variable, ops.subtract(1.0, ops.multiply(lr, self.decoupled_weight_decay))))
+    self.assign_sub(variable, ops.multiply(update, lr))
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(momentum=self.momentum, nesterov=self.nesterov, ns_steps=self.ns_steps,
+                  adamw_lr_ratio=self.adamw_lr_ratio)
+    return config
+
+
+# ------------------------------------------------------------------------------------------------ clipping
+def clip_then_decay(gradients: Sequence[Optional[tf.Tensor]], decay_gradients: Sequence[Optional[tf.Tensor]],
+                    clip_norm: float, loss_scale=None) -> List[Optional[tf.Tensor]]:
+  """``clip_grad_norm``: the loss gradients times min(1, clip_norm / their global norm), then the L2 term's gradients
+  added (torchvision's and timm's order: ``clip_grad_norm_`` on ``.grad``, the weight decay in the optimizer's step),
+  so clipping never shrinks the decay. ``loss_scale``: float16's dynamic scale, which ``gradients`` carry and the
+  L2 gradients do not (the norm is of the unscaled gradients; the L2 gradients are scaled to join them, and the loss
+  scaler divides both back). A non-finite norm makes every gradient NaN, Keras' rule, so the loss scaler skips the
+  step (and without it the NaN guard stops the run). ``clip_norm`` 0: no clipping, the decay added all the same."""
+  gradients = list(gradients)
+  if clip_norm:
+    present = [tf.cast(g, tf.float32) for g in gradients if g is not None]
+    norm = tf.linalg.global_norm(present) if present else tf.constant(0.0)
+    if loss_scale is not None:
+      norm = norm / tf.cast(loss_scale, tf.float32)
+    factor = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
+    factor += norm - norm   # NaN for an Inf or NaN norm
+    gradients = [None if g is None else g * tf.cast(factor, g.dtype) for g in gradients]
+  total = []
+  for g, d in zip(gradients, decay_gradients):
+    if d is not None and loss_scale is not None:
+      d = d * tf.cast(loss_scale, d.dtype)
+    total.append(d if g is None else g if d is None else g + tf.cast(d, g.dtype))
+  return total
 
 
 # ------------------------------------------------------------------------------------------------ LARS

@@ -63,22 +63,21 @@ def build_model(params: Mapping[str, Any]) -> keras.Model:
 def build_optimizer(params: Mapping[str, Any], model: keras.Model) -> keras.optimizers.Optimizer:
   # The step assigns the learning rate once per step (the same value the summaries show).
   # The train step sums the gradients over replicas itself (see optimizers.ReplicaSumOptimizer).
-  # clip_grad_norm: Keras clips in apply_gradients, after a loss-scale optimizer unscaled the gradients and before
-  # the update; the step hands it gradients already summed over every replica, so the norm is the global one.
-  clip = {'global_clipnorm': params['clip_grad_norm'] or None}
+  # clip_grad_norm is the step's (optimizers.clip_then_decay), not Keras': Keras would clip the L2 term's gradient too.
   if params['enable_lars']:  # the reference's LARS has no Nesterov variant: use_nesterov is for momentum only
     optimizer = optimizers.LARSMomentum(learning_rate=0.0, momentum=params['momentum'],
-                                        weight_decay=params['weight_decay'], nesterov=False, gradients_summed=True,
-                                        **clip)
-  elif params['optimizer'] in ('adamw', 'lamb'):
+                                        weight_decay=params['weight_decay'], nesterov=False, gradients_summed=True)
+  elif params['optimizer'] in ('adamw', 'lamb', 'muon'):
     decayed = {v.path for v in tf1_names.weight_decay_variables(model, params['weight_decay_biases'])}
-    adaptive = optimizers.AdamW if params['optimizer'] == 'adamw' else optimizers.Lamb
+    adaptive = {'adamw': optimizers.AdamW, 'lamb': optimizers.Lamb, 'muon': optimizers.Muon}[params['optimizer']]
+    muon = (dict(momentum=params['muon_momentum'], nesterov=params['use_nesterov'], ns_steps=params['muon_ns_steps'],
+                 adamw_lr_ratio=params['muon_adamw_lr_ratio']) if params['optimizer'] == 'muon' else {})
     optimizer = adaptive(learning_rate=0.0, beta_1=params['adam_beta1'], beta_2=params['adam_beta2'],
                          epsilon=params['adam_epsilon'], weight_decay=params['weight_decay'],
-                         decayed=decayed.__contains__, gradients_summed=True, **clip)
+                         decayed=decayed.__contains__, gradients_summed=True, **muon)
   else:
     optimizer = optimizers.TF1Momentum(learning_rate=0.0, momentum=params['momentum'],
-                                       nesterov=params['use_nesterov'], gradients_summed=True, **clip)
+                                       nesterov=params['use_nesterov'], gradients_summed=True)
   if params['precision'] == 'float16':
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
   # Build slots now, eagerly: Keras 3 creates them lazily, which fails inside a distributed tf.function.
@@ -99,7 +98,7 @@ def averaged_weights(scope: ObjectScope) -> Callable[[], ContextManager]:
 
 
 def _weight_decay(model: keras.Model, params: Mapping[str, Any]) -> tf.Tensor:
-  """The loss's L2 term; none under LARS, AdamW and LAMB, which apply the weight decay themselves (so eval's loss
+  """The loss's L2 term; none under LARS, AdamW, LAMB and Muon, which apply the weight decay themselves (so eval's loss
   equals train's)."""
   weight_decay = params['weight_decay']
   if not weight_decay or params['enable_lars'] or params['optimizer'] != 'momentum':
@@ -185,13 +184,13 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
   denominator = _loss_denominator(targets, params, replicas)
   loss_of = _data_loss(scope, params)
 
-  def scaled_loss(data_sum: tf.Tensor, with_decay: bool) -> Tuple[tf.Tensor, tf.Tensor]:
-    """(loss, loss as the optimizer differentiates it): this replica's share of the batch mean, plus its share
-    of the weight decay, so that the sum over replicas is exactly one term of each."""
+  loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+  def scaled_loss(data_sum: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(loss, loss as the optimizer differentiates it): this replica's share of the batch mean. The weight decay is
+    not in it: its gradient joins after clipping (optimizers.clip_then_decay)."""
     loss = data_sum / denominator
-    if with_decay:
-      loss += _weight_decay(model, params) / replicas
-    return loss, optimizer.scale_loss(loss) if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else loss
+    return loss, optimizer.scale_loss(loss) if loss_scaled else loss
 
   variables = model.trainable_variables
   forward = fine_tuning.training_forward(model, step, params)
@@ -203,15 +202,22 @@ def _train_step(scope: ObjectScope, images: tf.Tensor, labels: tf.Tensor, params
     with tf.GradientTape() as tape:
       logits = forward(images)
       data_sum, task_sum = loss_of(images, logits, targets)
-      loss, scaled = scaled_loss(data_sum, with_decay=True)
+      loss, scaled = scaled_loss(data_sum)
     gradients = tape.gradient(scaled, variables)
     spread = _output_spread(logits)
+  with tf.GradientTape() as tape:   # the L2 term (none under LARS, AdamW, LAMB, Muon): its value and gradient, once
+    decay = _weight_decay(model, params)
+  decay_gradients = tape.gradient(decay, variables)
+  loss += decay / replicas   # this replica's share, so that the sum over replicas is one term
   cross_entropy = task_sum / denominator
   # Summed here, before a loss-scale optimizer looks at them: every replica then judges the same gradients
   # finite or not, and applies or skips the step together.
   gradients = optimizers.sum_over_replicas(gradients)
   # Head-only steps and layer-wise decay: constant factors per variable (fine_tuning.py says why that is exact).
-  gradients = fine_tuning.scale(gradients, fine_tuning.gradient_scales(model, step, params))
+  scales = fine_tuning.gradient_scales(model, step, params)
+  gradients = optimizers.clip_then_decay(fine_tuning.scale(gradients, scales),
+                                         fine_tuning.scale(decay_gradients, scales), params['clip_grad_norm'],
+                                         optimizer.dynamic_scale if loss_scaled else None)
   optimizer.apply_gradients(zip(gradients, variables))
   ema = moving_average(scope)
   if ema is not None:
@@ -271,9 +277,9 @@ def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables:
                            scaled_loss: Callable[..., Tuple[tf.Tensor, tf.Tensor]]
                            ) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor], List[tf.Tensor]]:
   """(loss, the summed task loss, the output spread, gradients) of the replica's batch in ``steps`` micro-batches,
-  one after another (a while loop: one micro-batch's activations in memory at a time), their gradients summed, and
-  the weight decay's added once: the same gradients as one batch wherever batch norm cannot tell (it normalises each
-  micro-batch). The spread is the micro-batches' mean (None for micro-batches of one)."""
+  one after another (a while loop: one micro-batch's activations in memory at a time), their gradients summed (the
+  step adds the weight decay's once): the same gradients as one batch wherever batch norm cannot tell (it normalises
+  each micro-batch). The spread is the micro-batches' mean (None for micro-batches of one)."""
   batch = images.shape[0]
   if batch is None or batch % steps:
     raise ValueError(f'gradient_accumulation_steps={steps} must divide the per-replica batch ({batch}): '
@@ -287,7 +293,7 @@ def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables:
     with tf.GradientTape() as tape:
       logits = forward(x)
       data_sum, task_sum = loss_of(x, logits, y)
-      loss, scaled = scaled_loss(data_sum, with_decay=False)
+      loss, scaled = scaled_loss(data_sum)
     gradients = tape.gradient(scaled, variables)
     spread = _output_spread(logits)
     spread_sum += tf.stop_gradient(spread) if spread is not None else 0.0
@@ -297,10 +303,8 @@ def _accumulated_gradients(forward: Callable[[tf.Tensor], tf.Tensor], variables:
   zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
   _, loss, task_sum, spread_sum, gradients = tf.while_loop(
       lambda i, *_: i < steps, body, (tf.constant(0), tf.constant(0.0), tf.constant(0.0), tf.constant(0.0), zeros))
-  with tf.GradientTape() as tape:
-    decay, scaled = scaled_loss(tf.constant(0.0), with_decay=True)
   spread = spread_sum / steps if micro >= 2 else None
-  return loss + decay, task_sum, spread, [_plus(g, d) for g, d in zip(gradients, tape.gradient(scaled, variables))]
+  return loss, task_sum, spread, gradients
 
 
 def _plus(total: tf.Tensor, gradient: Optional[tf.Tensor]) -> tf.Tensor:

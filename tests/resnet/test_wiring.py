@@ -43,3 +43,56 @@ def test_a_resnet_trains_through_its_size_stages_and_evaluates_at_image_size(tmp
   eval_source = wiring.eval_source(params)
   assert eval_source.image_size == 40
   assert estimator.evaluate(eval_source.input_fn)['global_step'] == 4
+
+
+def _checkpoint_at(model_dir, step: int) -> None:
+  """A checkpoint of step ``step`` in model_dir, as a run that reached it leaves (what makes a start a resume)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), str(model_dir), max_to_keep=3,
+                                       checkpoint_name='model.ckpt')
+  manager.save(checkpoint_number=step)
+
+
+def test_size_stages_planned_at_the_run_start_hold_when_train_steps_changes(tmp_path, caplog):
+  """Equal shares of the new train_steps would move the boundaries (20 steps: 48 px from step 6, 64 from 13, so a
+  run at step 8 would go back to 48 px); the stages recorded at the run's start hold, the last one takes the added
+  steps, and a resume that would train only below the last size is refused before anything is written."""
+  first = tiny.resnet_params(tmp_path, image_size=64, train_size_schedule=[32, 48, 64], train_steps=10)
+  wiring.record_run_start(first)
+  assert wiring.size_stages(first) == [(0, 32), (3, 48), (6, 64)]
+  _checkpoint_at(tmp_path, 2)
+  longer = tiny.resnet_params(tmp_path, image_size=64, train_size_schedule=[32, 48, 64], train_steps=20)
+  with caplog.at_level('INFO', logger='absl'):
+    assert wiring.size_stages(longer) == [(0, 32), (3, 48), (6, 64)]
+  assert 'keeps the stages this run planned at its start over train_steps=10' in caplog.text
+  assert [start for start, _ in wiring.train_input(longer).input_fn.stages] == [0, 3, 6]
+  wiring.record_run_start(longer)   # a resume records nothing new: the plan stays the first start's
+  shorter = tiny.resnet_params(tmp_path, image_size=64, train_size_schedule=[32, 48, 64], train_steps=5)
+  with pytest.raises(ValueError, match=r'train_steps=5 ends before the last stage .* planned at the run\'s start over '
+                                       r'train_steps=10 .*64 px would start at step 6 and never train'):
+    wiring.check_resume(shorter)
+  assert wiring.size_stages(tiny.resnet_params(tmp_path, image_size=64, train_size_schedule=[32, 48, 64],
+                                               train_steps=8)) == [(0, 32), (3, 48), (6, 64)]
+  # Another schedule is a new plan, over the train_steps it comes with.
+  other = tiny.resnet_params(tmp_path, image_size=64, train_size_schedule=[48, 64], train_steps=20)
+  assert wiring.size_stages(other) == [(0, 48), (10, 64)]
+
+
+@pytest.mark.slow
+def test_a_resume_that_cannot_reach_the_last_size_is_refused_before_params_yaml_is_written(tmp_path):
+  """Through the CLI: the refusal comes before model_dir_lib.check_and_record rewrites params.yaml."""
+  from tests.helpers import cli  # pylint: disable=import-outside-toplevel
+  model_dir = tmp_path / 'run'
+  flags = ('--mode=train', f'--model_dir={model_dir}', '--image_size=40', '--train_size_schedule=32,36,40',
+           '--iterations_per_loop=2', '--save_checkpoints_steps=2')
+  first = cli.run_in_process(*flags, '--train_steps=6')
+  assert first.code == 0, first.log[-3000:]
+  for path in model_dir.glob('model.ckpt-[46].*'):   # back to the step-2 checkpoint, as a run stopped there leaves
+    path.unlink()
+  params_yaml = (model_dir / 'params.yaml').read_bytes()
+  refused = cli.run_in_process(*flags, '--train_steps=3')
+  assert refused.code == 1 and 'train_steps=3 ends before the last stage' in refused.log
+  assert (model_dir / 'params.yaml').read_bytes() == params_yaml
+  resumed = cli.run_in_process(*flags, '--train_steps=8')
+  assert resumed.code == 0, resumed.log[-3000:]
+  assert '32 px from step 0, 36 px from step 2, 40 px from step 4' in resumed.log   # not 0, 2, 5 (equal thirds of 8)

@@ -205,3 +205,41 @@ def test_teachers_that_cannot_teach_are_refused_naming_why(tmp_path, teacher_dir
   with pytest.raises(ValueError, match='teacher_resnet_depth=50 is the depth of a distillation teacher, but '
                                        'teacher_checkpoint is unset'):
     tiny.resnet_params(tmp_path / 'g', teacher_resnet_depth=50)
+
+
+def test_a_teacher_run_directory_is_pinned_to_its_checkpoint_at_the_students_first_start(tmp_path, caplog):
+  """The teacher run trains on (a newer checkpoint appears): a resumed student keeps the checkpoint its first start
+  resolved (run_start.json), says so, and refuses to go on when that checkpoint is gone; a new student takes the
+  newest."""
+  from resnet import wiring  # pylint: disable=import-outside-toplevel
+  from resnet.weights import warm_start  # pylint: disable=import-outside-toplevel
+  teacher_dir = _teacher_run(tmp_path / 'teacher')
+  first = os.path.join(teacher_dir, 'model.ckpt-0')
+  params = tiny.resnet_params(tmp_path / 'student', num_label_classes=CLASSES, teacher_checkpoint=teacher_dir)
+  wiring.record_run_start(params)   # the student's first start (the chief's record)
+  tf.train.Checkpoint(v=tf.Variable(1.0)).write(str(tmp_path / 'student' / 'model.ckpt-1'))   # it trained a step
+  teacher = tiny.resnet_estimator(tiny.resnet_params(teacher_dir, resnet_depth=18, num_label_classes=CLASSES))
+  teacher.build('train')
+  teacher.restore(first)
+  model = teacher.scope.get(resnet_model_fn.MODEL)
+  model.trainable_variables[-2].assign(model.trainable_variables[-2] * 3.0)   # the teacher run trains on
+  teacher.global_step.assign(5)
+  newer = teacher.save()
+  assert distillation.teacher_path(params, resolve=True) == newer
+  with caplog.at_level('INFO', logger='absl'):
+    assert distillation.teacher_path(params) == first
+  assert 'pinned at this run\'s first start' in caplog.text and newer in caplog.text
+  built = distillation.build_teacher(params, 'float32')
+  expected = resnet_model_fn.build_model(tiny.resnet_params(tmp_path / 'ref', resnet_depth=18,
+                                                            num_label_classes=CLASSES))
+  warm_start.warm_start(expected, first)
+  np.testing.assert_allclose(built(IMAGES, training=False).numpy(), expected(IMAGES, training=False).numpy(),
+                             rtol=1e-5, atol=1e-5)
+  fresh = tiny.resnet_params(tmp_path / 'new_student', num_label_classes=CLASSES, teacher_checkpoint=teacher_dir)
+  assert distillation.teacher_path(fresh) == newer
+  for name in os.listdir(teacher_dir):
+    if name.startswith('model.ckpt-0.'):
+      os.remove(os.path.join(teacher_dir, name))
+  with pytest.raises(FileNotFoundError, match=r'this run\'s teacher is .*model.ckpt-0, the checkpoint that directory '
+                                              r'held at the run\'s first start .* and it is gone'):
+    wiring.check_resume(params)

@@ -189,7 +189,9 @@ def _real_and_expected(tmp_path, case: str, replicas: int, precision: str = 'flo
   model = estimator.scope.get(resnet_model_fn.MODEL)
   before = [v.numpy().copy() for v in model.trainable_variables]
   expected, hand_loss = _expected_gradients(model, params, strategy, replicas)
-  logs = dict(estimator.train(_input, max_steps=1), hand_loss=hand_loss)
+  decayed = {id(v) for v in tf1_names.weight_decay_variables(model)}
+  logs = dict(estimator.train(_input, max_steps=1), hand_loss=hand_loss, before=before,
+              decayed=[id(v) in decayed for v in model.trainable_variables])
   real = [(b - v.numpy()) / logs['learning_rate'] for b, v in zip(before, model.trainable_variables)]
   if not overrides:
     _RUNS[key] = real, expected, logs
@@ -245,6 +247,22 @@ def test_clip_grad_norm_scales_the_global_gradient_down_to_its_norm(tmp_path, re
   norm = float(np.sqrt(sum(np.sum(np.square(e, dtype=np.float64)) for e in expected)))
   assert norm > 2 * clip   # the clip acts
   _assert_close(real, [e * (clip / norm) for e in expected], 2e-3 if precision == 'float32' else 3e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('replicas,precision', [(1, 'float32'), (2, 'float16')])
+def test_clip_grad_norm_clips_the_loss_gradient_and_adds_the_weight_decay_after(tmp_path, replicas, precision):
+  """With momentum SGD the L2 term is in the loss, but clipping leaves it out (torchvision and timm clip .grad and
+  decay in the optimizer's step): the update's gradient is the hand one times c / its norm, plus weight_decay x w
+  on the L2 set. Clipping the sum instead shrank the decay by c / norm whenever the clip acted."""
+  clip, decay = 0.02, 2e-3
+  real, expected, logs = _real_and_expected(tmp_path, 'weighted', replicas=replicas, precision=precision,
+                                            clip_grad_norm=clip, base_learning_rate=200.0, weight_decay=decay)
+  norm = float(np.sqrt(sum(np.sum(np.square(e, dtype=np.float64)) for e in expected)))
+  assert norm > 2 * clip   # the clip acts
+  l2 = [decay * b if d else np.zeros_like(b) for b, d in zip(logs['before'], logs['decayed'])]
+  assert np.sqrt(sum(np.sum(np.square(g, dtype=np.float64)) for g in l2)) > clip / 2   # a decay clipping would show
+  _assert_close(real, [e * (clip / norm) + g for e, g in zip(expected, l2)], 2e-3 if precision == 'float32' else 3e-2)
 
 
 @pytest.mark.slow

@@ -379,7 +379,7 @@ def test_adamw_in_the_model_fn_decays_the_l2_set_and_its_loss_has_no_l2_term(tmp
                              (dict(enable_lars=True), 'enable_lars=true is the LARS optimizer')):
     with pytest.raises(ValueError, match=message):
       tiny.resnet_params(str(tmp_path), optimizer='adamw', **overrides)
-  with pytest.raises(ValueError, match=r"one of \['momentum', 'adamw', 'lamb'\]"):
+  with pytest.raises(ValueError, match=r"one of \['momentum', 'adamw', 'lamb', 'muon'\]"):
     tiny.resnet_params(str(tmp_path), optimizer='adam')
   assert validation.lars_is_the_momentum_optimizer(dict(enable_lars=True, optimizer='momentum')) is None
   lamb = tiny.resnet_params(str(tmp_path), optimizer='lamb', weight_decay=0.05)
@@ -442,3 +442,158 @@ def test_adamw_under_float16_loss_scaling_skips_an_overflowing_step_without_coun
   for variable, value in zip(variables, expected):
     np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6)
   assert int(inner.iterations.numpy()) == 1
+
+
+# ------------------------------------------------------------------------------------------------ Muon
+def numpy_newton_schulz(g, steps):
+  """The reference's zeropower_via_newtonschulz5 (Keller Jordan's muon.py), in float64."""
+  a, b, c = 3.4445, -4.7750, 2.0315
+  x = g.T if g.shape[0] > g.shape[1] else g
+  x = x / (np.linalg.norm(x) + 1e-7)
+  for _ in range(steps):
+    gram = x @ x.T
+    x = a * x + (b * gram + c * gram @ gram) @ x
+  return x.T if g.shape[0] > g.shape[1] else x
+
+
+def numpy_muon(weights, grads_per_step, lr, momentum, ns_steps, adamw_lr, betas, epsilon, weight_decay, decayed):
+  """The reference's SingleDeviceMuonWithAuxAdam step, in float64, on Keras-layout weights: conv kernels
+  [kh, kw, in, out] go through torch's layout [out, in, kh, kw] viewed as [out, in kh kw] (muon_update with
+  Nesterov), the rest take the AdamW step (adam_update; decay p *= 1 - lr wd first, as the reference)."""
+  weights = [w.astype(np.float64).copy() for w in weights]
+  m = [np.zeros_like(w) for w in weights]
+  v = [np.zeros_like(w) for w in weights]
+  for t, grads in enumerate(grads_per_step, start=1):
+    for i, g in enumerate(grads):
+      g = g.astype(np.float64)
+      if weights[i].ndim == 4:
+        torch_g = g.transpose(3, 2, 0, 1)                 # [out, in, kh, kw]
+        torch_m = m[i].transpose(3, 2, 0, 1)
+        torch_m = momentum * torch_m + (1 - momentum) * torch_g          # momentum.lerp_(grad, 1 - beta)
+        update = (1 - momentum) * torch_g + momentum * torch_m          # grad.lerp_(momentum, beta)
+        matrix = update.reshape(len(update), -1)                        # update.view(len(update), -1)
+        update = numpy_newton_schulz(matrix, ns_steps) * max(1, matrix.shape[0] / matrix.shape[1]) ** 0.5
+        m[i] = torch_m.transpose(2, 3, 1, 0)
+        if decayed[i]:
+          weights[i] = weights[i] * (1 - lr * weight_decay)
+        weights[i] = weights[i] - lr * update.reshape(torch_g.shape).transpose(2, 3, 1, 0)
+      else:
+        if decayed[i]:
+          weights[i] = weights[i] * (1 - adamw_lr * weight_decay)
+        m[i] = betas[0] * m[i] + (1 - betas[0]) * g
+        v[i] = betas[1] * v[i] + (1 - betas[1]) * g * g
+        step = (m[i] / (1 - betas[0] ** t)) / (np.sqrt(v[i] / (1 - betas[1] ** t)) + epsilon)
+        weights[i] = weights[i] - adamw_lr * step
+  return weights
+
+
+def _muon_layers(rng):
+  """A 3x3 conv (a wide matrix [6, 36]), a 1x1 conv with more outputs than inputs (a tall one [8, 2], which the
+  iteration transposes and the update scales by 2) and a dense head: Muon, Muon, AdamW."""
+  wide = keras.layers.Conv2D(6, 3, name='conv_wide')
+  wide.build((None, 5, 5, 4))
+  tall = keras.layers.Conv2D(8, 1, name='conv_tall')
+  tall.build((None, 5, 5, 2))
+  head = dense_layer(rng.normal(size=(6, 3)), rng.normal(size=(3,)))
+  for layer in (wide, tall):
+    for variable in layer.trainable_variables:
+      variable.assign(rng.normal(size=variable.shape).astype(np.float32))
+  return [wide.kernel, wide.bias, tall.kernel, tall.bias, head.kernel, head.bias]
+
+
+def test_muon_three_steps_match_the_reference_update():
+  """Conv kernels: the reference's Muon through torch's layout (the columns in another order than ours, which the
+  iteration does not mind); the rest: AdamW at lr x adamw_lr_ratio; decay on the kernels only."""
+  rng = np.random.default_rng(11)
+  variables = _muon_layers(rng)
+  start = [v.numpy() for v in variables]
+  steps = [[rng.normal(size=v.shape).astype(np.float32) for v in variables] for _ in range(3)]
+  decayed = [v.path.endswith('kernel') for v in variables]
+  optimizer = optimizers.Muon(0.05, momentum=0.9, ns_steps=5, adamw_lr_ratio=0.2, beta_1=0.8, beta_2=0.9,
+                              epsilon=1e-3, weight_decay=0.3, decayed=lambda path: path.endswith('kernel'))
+  optimizer.build(variables)
+  assert [optimizer.muon_updates(v) for v in variables] == [True, False, True, False, False, False]
+  for grads in steps:
+    apply(optimizer, zip(grads, variables))
+  expected = numpy_muon(start, steps, 0.05, 0.9, 5, 0.05 * 0.2, (0.8, 0.9), 1e-3, 0.3, decayed)
+  for variable, value in zip(variables, expected):
+    np.testing.assert_allclose(variable.numpy(), value, rtol=1e-4, atol=1e-5, err_msg=variable.path)
+  # The orthogonalisation acts: the kernels' steps are not momentum SGD's, and the tall kernel's is scaled by 2.
+  plain = [s - 0.05 * sum(g[i] for g in steps) for i, s in enumerate(start)]
+  assert not np.allclose(expected[0], plain[0], atol=1e-2)
+  # Keras' own Muon gives every conv kernel (4-D) to its AdamW: not the reference's update for a ResNet.
+  assert keras.optimizers.Muon()._should_use_adamw(variables[0])  # pylint: disable=protected-access
+
+
+def test_muon_with_other_settings_moves_elsewhere():
+  """Each setting reaches the update: without Nesterov, with fewer Newton-Schulz steps, with another momentum."""
+  rng = np.random.default_rng(12)
+  variables = _muon_layers(rng)
+  start = [v.numpy() for v in variables]
+  steps = [[rng.normal(size=v.shape).astype(np.float32) for v in variables] for _ in range(2)]
+  results = {}
+  for name, options in {'reference': {}, 'no_nesterov': dict(nesterov=False), 'ns_2': dict(ns_steps=2),
+                        'momentum_0.5': dict(momentum=0.5)}.items():
+    for variable, value in zip(variables, start):
+      variable.assign(value)
+    optimizer = optimizers.Muon(0.05, weight_decay=0.0, **options)
+    optimizer.build(variables)
+    for grads in steps:
+      apply(optimizer, zip(grads, variables))
+    results[name] = variables[0].numpy().copy()
+  for name in ('no_nesterov', 'ns_2', 'momentum_0.5'):
+    assert not np.allclose(results[name], results['reference'], atol=1e-4), name
+  with pytest.raises(ValueError, match='ns_steps'):
+    optimizers.Muon(0.1, ns_steps=0)
+
+
+def test_muon_in_the_model_fn_orthogonalises_the_conv_kernels_and_refuses_what_adamw_refuses(tmp_path):
+  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  params = tiny.resnet_params(str(tmp_path), optimizer='muon', weight_decay=0.05, muon_momentum=0.9,
+                              muon_ns_steps=4, muon_adamw_lr_ratio=0.1)
+  model = resnet_model_fn.build_model(params)
+  optimizer = resnet_model_fn.build_optimizer(params, model)
+  assert isinstance(optimizer, optimizers.Muon)
+  assert (optimizer.momentum, optimizer.ns_steps, optimizer.adamw_lr_ratio) == (0.9, 4, 0.1)
+  muon = [v.path for v in model.trainable_variables if optimizer.muon_updates(v)]
+  assert muon and all(len(v.shape) == 4 for v in model.trainable_variables if v.path in muon)
+  assert not any('dense' in path for path in muon)   # the head: AdamW's
+  assert float(resnet_model_fn._weight_decay(model, params)) == 0.0  # pylint: disable=protected-access
+  for overrides, message in ((dict(layer_decay=0.7), 'layer_decay .* Muon normalises away'),
+                             (dict(train_head_only_steps=5), 'Muon still applies its weight decay'),
+                             (dict(muon_ns_steps=0), 'muon_ns_steps must be >= 1'),
+                             (dict(muon_adamw_lr_ratio=0.0), 'muon_adamw_lr_ratio must be > 0'),
+                             (dict(muon_momentum=1.0), 'muon_momentum must be >= 0 and < 1')):
+    with pytest.raises(ValueError, match=message):
+      tiny.resnet_params(str(tmp_path), optimizer='muon', **overrides)
+
+
+@pytest.mark.slow
+def test_muon_resumes_with_its_momentum_and_adamw_moments(tmp_path):
+  """Two steps in one run equal one step and a resumed one: Muon's momentum, AdamW's moments and the update count
+  come back from the checkpoint."""
+  from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
+  images = np.random.default_rng(3).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+
+  def input_fn(params):
+    return tf.data.Dataset.from_tensor_slices((images, np.array([0, 1], np.int32))).repeat().batch(
+        params['batch_size'])
+
+  def weights_after(model_dir, stops):
+    for stop in stops:
+      keras.utils.set_random_seed(7)
+      params = tiny.resnet_params(model_dir, optimizer='muon', weight_decay=0.05, base_learning_rate=0.2,
+                                  muon_adamw_lr_ratio=0.5, lr_warmup_epochs=0.0, train_steps=2, num_train_images=64)
+      estimator = tiny.resnet_estimator(params)
+      estimator.train(input_fn, max_steps=stop)
+    return [v.numpy() for v in estimator.scope.get(resnet_model_fn.MODEL).trainable_variables]
+
+  together = weights_after(str(tmp_path / 'together'), [2])
+  resumed = weights_after(str(tmp_path / 'resumed'), [1, 2])
+  for a, b in zip(together, resumed):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+  names = tf.train.load_checkpoint(str(tmp_path / 'resumed' / 'model.ckpt-2')).get_variable_to_shape_map()
+  slots = [n for n in names if n.startswith('optimizer/_variables/')]
+  kernels = [v for v in together if v.ndim == 4]
+  # One momentum per conv kernel, two moments per other variable.
+  assert len(slots) == len(kernels) + 2 * (len(together) - len(kernels))
