@@ -1,6 +1,6 @@
 """What predict writes: the predictions CSV (one row per image, in the task's columns: the top-k classes, or the
 labels at their thresholds) and, on labelled data, the same report as eval, counted on the host from the
-predictions written. ``write`` is the one loop (file names, the last batch's padding, the test subset, the atomic
+predictions written (multi-label: from their logits, as eval counts). ``write`` is the one loop (file names, the last batch's padding, the test subset, the atomic
 file); ``SingleLabelRows`` and ``MultiLabelRows`` are the two tasks' columns and reports (each task hands out its
 own: resnet/task/)."""
 import csv
@@ -58,43 +58,37 @@ class LabelledPredictions:
 
 class LabelledMultiLabel:
   """Predict on labelled multi-label data: mAP, micro AP and F1 at 0.5 and at the run's thresholds, per class
-  (label_metrics, the same numbers eval reports), from the probabilities written."""
-
-  CHUNK = 1024  # images binned at once: memory stays [2, K, BINS] + a chunk, whatever the number of images
+  (label_metrics.exact_report: the numbers eval reports for the same logits), from each image's logits; from its
+  probabilities where a deployed file serves only those (then they are the scores that rank, ties and all)."""
 
   def __init__(self, params: Params, thresholds: Sequence[float], names: Optional[List[str]] = None):
     self.params = params
     self.names = names if names is not None else [str(i) for i in range(params['num_label_classes'])]
     self.thresholds = list(thresholds)
-    self.hists = np.zeros([2, params['num_label_classes'], label_metrics.BINS])
-    self.images = 0
     self.labels: List[np.ndarray] = []
     self.probabilities: List[np.ndarray] = []
+    self.logits: List[np.ndarray] = []
 
-  def add(self, label: np.ndarray, probabilities: np.ndarray) -> None:
+  def add(self, label: np.ndarray, probabilities: np.ndarray, logits: Optional[np.ndarray] = None) -> None:
     if np.ndim(label) == 1 and label[0] >= 0:
-      self.labels.append(label)
-      self.probabilities.append(probabilities)
-      if len(self.labels) >= self.CHUNK:
-        self._bin()
-
-  def _bin(self) -> None:
-    if self.labels:
-      p = np.clip(np.stack(self.probabilities).astype(np.float64), 1e-12, 1 - 1e-12)   # eval's bins are of logits
-      self.hists += label_metrics.histograms(np.log(p / (1 - p)), np.stack(self.labels),
-                                             self.params['num_label_classes'])
-      self.images += len(self.labels)
-      self.labels, self.probabilities = [], []
+      self.labels.append(np.asarray(label > 0, np.int8))
+      self.probabilities.append(np.asarray(probabilities, np.float32))
+      if logits is not None:
+        self.logits.append(np.asarray(logits, np.float32))
 
   def write(self, output: str) -> Optional[str]:
-    self._bin()
-    if not self.images:
+    if not self.labels:
       return None
-    report = {**label_metrics.report(self.hists, self.names, self.thresholds), 'num_examples': self.images}
+    labels, served = np.stack(self.labels), np.stack(self.probabilities)
+    if len(self.logits) == len(self.labels):
+      report = label_metrics.exact_report(np.stack(self.logits), labels, self.names, self.thresholds)
+    else:   # a deployed file: its probabilities rank and decide
+      report = label_metrics.exact_report(served, labels, self.names, self.thresholds, served=served)
+    report['num_examples'] = len(labels)
     path = f'{os.path.splitext(output)[0]}_report.json'
     files.atomic_write(path, json.dumps(report, indent=2, sort_keys=True))
     logging.info('Predictions on labelled data: mAP=%.4f, micro_f1=%.4f at the run\'s thresholds over %d images '
-                 '(%s).', report['mAP'], report['micro_f1_tuned'], self.images, path)
+                 '(%s).', report['mAP'], report['micro_f1_tuned'], len(labels), path)
     return path
 
 
@@ -118,7 +112,8 @@ class SingleLabelRows:
   def known(self, label: Any) -> bool:
     return label >= 0
 
-  def row(self, image: str, label: int, probabilities: np.ndarray) -> List[Any]:
+  def row(self, image: str, label: int, probabilities: np.ndarray, logits: Optional[np.ndarray] = None
+          ) -> List[Any]:
     self.labelled.add(image, label, probabilities)
     row = [image, label if label >= 0 else '', _name(self.names, label)]
     for c in probabilities.argsort()[::-1][:self.k]:
@@ -145,9 +140,10 @@ class MultiLabelRows:
   def known(self, label: np.ndarray) -> bool:
     return label.ndim == 1 and label[0] >= 0
 
-  def row(self, image: str, label: np.ndarray, probabilities: np.ndarray) -> List[Any]:
+  def row(self, image: str, label: np.ndarray, probabilities: np.ndarray, logits: Optional[np.ndarray] = None
+          ) -> List[Any]:
     probabilities = np.asarray(probabilities, np.float32)
-    self.labelled.add(label, probabilities)
+    self.labelled.add(label, probabilities, logits)
     chosen = [c for c in np.argsort(-probabilities) if probabilities[c] >= self.limits[c]]
     top = int(np.argmax(probabilities))
     known = self.known(label)
@@ -170,7 +166,9 @@ def write(predictions: Iterable[Mapping[str, Any]], output: str, rows, limit: in
       label = rows.label(prediction)
       if not filename and not rows.known(label) and 'filename' in prediction:
         continue  # padding of the last batch
-      writer.writerow(rows.row(filename or str(index), label, np.asarray(prediction['probabilities'])))
+      logits = prediction.get('logits')
+      writer.writerow(rows.row(filename or str(index), label, np.asarray(prediction['probabilities']),
+                               None if logits is None else np.asarray(logits)))
       count += 1
       if limit and count >= limit:
         break  # a subset of the test records

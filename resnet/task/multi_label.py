@@ -5,13 +5,17 @@ any number of the classes; padding rows are -1), each class a sigmoid.
   binary label smoothing), mixed by mixup/CutMix as they are (a mixed row is the mix of two rows), and binarised by
   ``bce_target_threshold`` when set.
 - Loss: binary cross-entropy per class averaged over the classes, with ``class_weights`` weighing each class's
-  positives: the term of class c weighs ``1 + (w_c - 1) q`` (w_c on a positive, 1 on a negative, in between for a
-  smoothed or mixed target). For hard targets that is PyTorch's ``pos_weight`` exactly; unlike ``pos_weight`` it
-  keeps each term's optimum at its target q, so label smoothing and mixup still mean what they say (``pos_weight``
-  would pull a rare class's smoothed negatives, q = e/2, towards w e / (w e + 2 - e), 0.84 at w = 99, e = 0.1).
-  Examples all weigh 1 (``class_weight_normalization=weight_sum`` is refused).
-- Eval: the loss, exact-match and precision@1 as exact sums, and each class's score histograms
-  (``label_metrics``), from which the eval hook computes mAP, F1 and tuned thresholds.
+  positives: the term of class c weighs ``1 + (w_c - 1) y`` where y = (q - e/2) / (1 - e) is the target q with the
+  label smoothing e taken off (the multi-hot label, or mixup's mix of two): w_c on a positive, exactly 1 on a
+  negative, in between for a mixed target. Weighing by the smoothed q instead gave a negative 1 + (w - 1) e/2
+  (17.6 for a class at 0.3% with e = 0.1, a loss ~17 times the unweighted one). For hard targets that is PyTorch's
+  ``pos_weight`` exactly; unlike ``pos_weight`` it keeps each term's optimum at its target q, so label smoothing
+  and mixup still mean what they say (``pos_weight`` would pull a rare class's smoothed negatives, q = e/2, towards
+  w e / (w e + 2 - e), 0.84 at w = 99, e = 0.1). Examples all weigh 1 (``class_weight_normalization=weight_sum``
+  is refused).
+- Eval: the loss, exact-match and precision@1 as exact sums, each class's score histograms (``label_metrics``),
+  and each image's logits (eval outputs), from which the eval hook computes mAP, F1 and tuned thresholds exactly
+  (the histograms where it did not see every image: multi-worker eval).
 - Predict and export: per-class probabilities, the decision at each class's threshold (``THRESHOLDS``, a variable
   ``decisions`` sets from the evaluation of the checkpoint served), and the most probable class; the thresholds are
   exported beside the files (``label_thresholds.json``) and deployed files decide with those.
@@ -41,15 +45,25 @@ def targets(labels: tf.Tensor, smoothing: float) -> tf.Tensor:
   return y * (1.0 - smoothing) + smoothing / 2.0 if smoothing else y
 
 
+def positive_share(targets_: tf.Tensor, smoothing: float) -> tf.Tensor:
+  """How much of a positive each target is: the target with the label smoothing taken off,
+  ``(q - e/2) / (1 - e)`` (1 on a positive, 0 on a negative, lam on mixup's mix of a positive and a negative)."""
+  if not smoothing:
+    return targets_
+  return tf.clip_by_value((targets_ - smoothing / 2.0) / (1.0 - smoothing), 0.0, 1.0)
+
+
 def per_example_loss(logits: tf.Tensor, targets_: tf.Tensor, threshold: Optional[float],
-                     positive_weights: Optional[tf.Tensor] = None) -> tf.Tensor:
-  """The mean over classes of each class's binary cross-entropy, weighted ``1 + (w - 1) q`` with
-  ``positive_weights`` w; one value per example."""
+                     positive_weights: Optional[tf.Tensor] = None, smoothing: float = 0.0) -> tf.Tensor:
+  """The mean over classes of each class's binary cross-entropy, weighted ``1 + (w - 1) y`` with
+  ``positive_weights`` w and y the target's share of a positive (``positive_share``: the smoothing ``smoothing``
+  taken off, so that a negative weighs exactly 1 and a positive w); one value per example."""
   if threshold:
     targets_ = tf.cast(targets_ > threshold, tf.float32)
+    smoothing = 0.0
   per_class = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets_, logits=tf.cast(logits, tf.float32))
   if positive_weights is not None:
-    per_class *= 1.0 + (positive_weights - 1.0) * targets_
+    per_class *= 1.0 + (positive_weights - 1.0) * positive_share(targets_, smoothing)
   return tf.reduce_mean(per_class, axis=-1)
 
 
@@ -59,8 +73,10 @@ def thresholds_variable(num_classes: int) -> tf.Variable:
 
 
 def predictions(logits: tf.Tensor, thresholds: tf.Variable) -> Dict[str, tf.Tensor]:
-  probabilities = tf.sigmoid(tf.cast(logits, tf.float32))
-  return {'probabilities': probabilities,
+  """``logits`` too: the scores that rank (predict's labelled report), where float32 sigmoids tie above ~16."""
+  logits = tf.cast(logits, tf.float32)
+  probabilities = tf.sigmoid(logits)
+  return {'probabilities': probabilities, 'logits': logits,
           'labels': tf.cast(probabilities >= tf.convert_to_tensor(thresholds), tf.int32),
           'classes': tf.argmax(logits, axis=-1)}
 
@@ -83,7 +99,8 @@ def score_histograms(logits: tf.Tensor, labels: tf.Tensor, num_classes: int) -> 
 def eval_metrics(logits: tf.Tensor, labels: tf.Tensor, loss: tf.Tensor
                  ) -> Tuple[Dict[str, Tuple[tf.Tensor, tf.Tensor]], Dict[str, tf.Tensor]]:
   """(eval_metrics, eval_sums) of a batch. ``exact_match``: every class decided right at 0.5 (subset accuracy);
-  ``precision_at_1``: the most probable class is one of the image's, over images with at least one."""
+  ``precision_at_1``: the most probable class is one of the image's, over images with at least one; the sums:
+  the score histograms."""
   weights = tf.cast(labels[:, 0] >= 0, tf.float32)
   truth = tf.maximum(labels, 0)
   decided = tf.cast(tf.cast(logits, tf.float32) >= 0.0, tf.int32)
@@ -109,7 +126,8 @@ class MultiLabel(task.Task):
   def per_example_loss(self, logits: tf.Tensor, targets_: tf.Tensor, training: bool = False) -> tf.Tensor:
     weights = self.params['class_weights']
     weights = tf.constant(weights, tf.float32) if training and weights is not None else None
-    return per_example_loss(logits, targets_, self.params['bce_target_threshold'], weights)
+    return per_example_loss(logits, targets_, self.params['bce_target_threshold'], weights,
+                            float(self.params.get('label_smoothing') or 0.0))
 
   def balanced_class_weights(self, counts: Sequence[int], num_images: int) -> List[float]:
     """Each class's negatives / positives, the weight of its positives (PyTorch's BCEWithLogitsLoss pos_weight):
@@ -123,8 +141,8 @@ class MultiLabel(task.Task):
   def _class_terms(self, counts: Optional[Sequence[int]], num_images: int, guess: Optional[float] = None
                    ) -> Tuple[List[float], bool]:
     """(each class's expected training loss of a constant guess, whether the data gave the rates): a class's images
-    are positives at rate r with target 1 - e/2 and negatives with target e/2 (e the smoothing), each term weighted
-    ``1 + (w - 1) q``; the guess is ``guess``, else the mean target ``r (1 - e) + e / 2``."""
+    are positives at rate r with target 1 - e/2, weighted w, and negatives with target e/2, weighted 1 (e the
+    smoothing; ``per_example_loss``); the guess is ``guess``, else the mean target ``r (1 - e) + e / 2``."""
     classes = self.num_classes
     known = bool(counts) and len(counts) == classes and num_images > 0
     rates = [min(c / num_images, 1.0) for c in counts] if known else [1.0 / max(classes, 2)] * classes
@@ -135,7 +153,7 @@ class MultiLabel(task.Task):
       p = guess if guess is not None else r * (1 - e) + e / 2
       p = min(max(p, 1e-7), 1 - 1e-7)
       bce = lambda q: -(q * math.log(p) + (1 - q) * math.log(1 - p))
-      terms.append(sum(share * (1 + (w - 1) * q) * bce(q) for share, q in ((r, 1 - e / 2), (1 - r, e / 2))))
+      terms.append(sum(share * weight * bce(q) for share, weight, q in ((r, w, 1 - e / 2), (1 - r, 1.0, e / 2))))
     return terms, known
 
   def chance_loss(self, counts: Optional[Sequence[int]], num_images: int) -> Tuple[float, str]:
@@ -169,7 +187,7 @@ class MultiLabel(task.Task):
 
   def eval_parts(self, logits: tf.Tensor, labels: tf.Tensor, per_example_loss_: tf.Tensor) -> task.EvalParts:
     metrics, sums = eval_metrics(logits, labels, per_example_loss_)
-    return metrics, sums, {}
+    return metrics, sums, {'logits': tf.cast(logits, tf.float32)}   # the hook's exact numbers
 
   def eval_hooks(self, class_names: Callable[[], List[str]], background: Callable[[], bool]) -> List[Any]:
     return [multi_label_report.MultiLabelReport(class_names(), multi_label_report.served_view(self.params))]

@@ -1,4 +1,5 @@
-"""resnet/evaluation/predictions.py: the labelled multi-label report predict writes beside its CSV."""
+"""resnet/evaluation/predictions.py: the labelled multi-label report predict writes beside its CSV, from the logits as
+eval counts them."""
 import json
 
 import numpy as np
@@ -8,27 +9,49 @@ from resnet.evaluation import predictions
 from tests.helpers import tiny
 
 
-def test_the_multi_label_report_bins_in_chunks_what_eval_bins_at_once(tmp_path, monkeypatch):
-  """Memory stays one chunk whatever the number of images; the numbers are those of all scores binned together,
-  padding rows (-1) counted nowhere."""
-  (tmp_path / 'data').mkdir()
+def _params(tmp_path):
+  (tmp_path / 'data').mkdir(exist_ok=True)
   (tmp_path / 'data' / 'labels.txt').write_text('a\nb\nc\n')
-  params = tiny.resnet_params(tmp_path / 'run', data_dir=str(tmp_path / 'data'), num_label_classes=3,
-                              task='multi_label')
-  rng = np.random.default_rng(0)
-  labels = (rng.uniform(size=[23, 3]) < 0.4).astype(np.int64)
-  probabilities = rng.uniform(0.01, 0.99, size=[23, 3]).astype(np.float32)
-  report = predictions.LabelledMultiLabel(params, [0.3, 0.5, 0.7])
-  monkeypatch.setattr(report, 'CHUNK', 5)
-  for label, p in zip(labels, probabilities):
-    report.add(label, p)
-    report.add(np.full([3], -1), p)   # an eval padding row
-  path = report.write(str(tmp_path / 'predictions.csv'))
-  written = json.load(open(path))
-  p = probabilities.astype(np.float64)
-  whole = label_metrics.report(label_metrics.histograms(np.log(p / (1 - p)), labels, 3), ['a', 'b', 'c'],
-                               [0.3, 0.5, 0.7])
-  assert written['num_examples'] == 23
-  for key in ('mAP', 'micro_f1', 'micro_f1_tuned', 'macro_f1'):
-    assert written[key] == whole[key], key
-  assert predictions.LabelledMultiLabel(params, [0.5] * 3).write(str(tmp_path / 'none.csv')) is None
+  return tiny.resnet_params(tmp_path / 'run', data_dir=str(tmp_path / 'data'), num_label_classes=3,
+                            task='multi_label')
+
+
+def _predict(tmp_path, labels, logits, thresholds, with_logits=True):
+  """predict's CSV and report over these images' predictions, an eval padding row after each."""
+  rows = predictions.MultiLabelRows(_params(tmp_path), ['a', 'b', 'c'], thresholds)
+  served = 1 / (1 + np.exp(-logits.astype(np.float64)))
+  outputs = []
+  for i, (label, z, p) in enumerate(zip(labels, logits, served.astype(np.float32))):
+    outputs.append({'filename': f'{i}.jpg'.encode(), 'label': label, 'probabilities': p,
+                    **({'logits': z} if with_logits else {})})
+    outputs.append({'filename': b'', 'label': np.full([3], -1), 'probabilities': p})   # padding
+  output = str(tmp_path / 'predictions.csv')
+  assert predictions.write(outputs, output, rows) == len(labels)
+  with open(rows.labelled.write(output)) as f:
+    return json.load(f)
+
+
+def test_predicts_labelled_report_is_evals_for_the_same_logits(tmp_path):
+  """Logits above 13, which float32 probabilities cannot tell apart (the old report rebuilt logits from them and
+  its mAP differed from eval's): predict's report is eval's, at eval's thresholds the tuned numbers too."""
+  rng = np.random.default_rng()   # unseeded
+  labels = (rng.uniform(size=[40, 3]) < 0.4).astype(np.int64)
+  labels[0] = 1
+  logits = (rng.normal(size=[40, 3]) * 4 + labels * 14).astype(np.float32)
+  evaluated = label_metrics.exact_report(logits, labels, ['a', 'b', 'c'])
+  written = _predict(tmp_path, labels, logits, evaluated['label_thresholds'])
+  assert written['num_examples'] == 40
+  for key in ('mAP', 'micro_AP', 'micro_f1', 'macro_f1', 'micro_f1_tuned', 'macro_f1_tuned', 'label_thresholds',
+              'per_class'):
+    assert written[key] == evaluated[key], key
+
+
+def test_a_deployed_files_probabilities_are_its_scores(tmp_path):
+  """--predict_tflite/onnx: the file serves probabilities only; they rank (ties and all) and decide."""
+  labels = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 1]])
+  logits = np.array([[20, -1, 3], [18, 2, -2], [3, 1, 0], [-2, -3, 4]], np.float32)
+  written = _predict(tmp_path, labels, logits, [0.5, 0.5, 0.5], with_logits=False)
+  served = (1 / (1 + np.exp(-logits.astype(np.float64)))).astype(np.float32)
+  assert written['mAP'] == label_metrics.exact_report(served, labels, ['a', 'b', 'c'], [0.5] * 3,
+                                                      served=served)['mAP']
+  assert predictions.LabelledMultiLabel(_params(tmp_path), [0.5] * 3).write(str(tmp_path / 'none.csv')) is None

@@ -255,3 +255,87 @@ def test_with_label_smoothing_the_baseline_keeps_the_floor_smoothing_puts_under_
   assert _chance(dict(params, bce_target_threshold=0.2), [3] * 200, 1000)[0] == pytest.approx(entropy(0.003))
   # Outputs that say nothing (logits 0) score ln 2 per class, smoothed or not: the guard's ceiling for a start.
   assert tasks.for_params(params).uninformed_loss([3] * 200, 1000) == pytest.approx(math.log(2))
+
+
+# The eval hook's exact numbers on one replica and on two: logits x1000 with ties (3 rows of eval padding). The
+# seeded rows' mAP by sklearn 1.9.1's average_precision_score (computed once in a scratch venv outside the repo).
+_RNG = np.random.default_rng(3)
+_TRUTH = _RNG.uniform(size=(37, 3)) < [0.2, 0.5, 0.1]
+_SCORES = (_RNG.normal(size=(37, 3)) * 3 + _TRUTH * 2).round(1).astype(np.float32) * np.float32(1000)
+SKLEARN_MAP = 0.5985152605454187
+
+
+def _scores_model_fn(features, labels, mode, params):
+  """The multi-label task's eval parts of logits that are the features themselves (a variable to checkpoint)."""
+  from resnet.estimator.spec import EstimatorSpec, ModeKeys  # pylint: disable=import-outside-toplevel
+  scale = params.context.scope.get_or_create('scale', lambda: tf.Variable(1.0))
+  if features is None:
+    return None
+  if mode == ModeKeys.TRAIN:
+    return EstimatorSpec(mode, loss=0.0 * scale)
+  logits = features * scale
+  task = tasks.for_params({'task': 'multi_label', 'num_label_classes': 3})
+  metrics, sums, outputs = task.eval_parts(logits, labels, tf.zeros(tf.shape(logits)[:1]))
+  return EstimatorSpec(mode, eval_metrics=metrics, eval_sums=sums, eval_outputs=outputs)
+
+
+def _scores_input(params):
+  labels = np.concatenate([_TRUTH.astype(np.int32), -np.ones([3, 3], np.int32)])
+  scores = np.concatenate([_SCORES, np.zeros([3, 3], np.float32)])
+  ds = tf.data.Dataset.from_tensor_slices((scores, labels))
+  if params.context.mode == 'train':
+    ds = ds.repeat()
+  return ds.batch(params['batch_size'], drop_remainder=True)
+
+
+def _exact_eval(model_dir, strategy=None):
+  from resnet.estimator import estimator as E  # pylint: disable=import-outside-toplevel
+  from resnet.estimator.run_config import RunConfig  # pylint: disable=import-outside-toplevel
+  from resnet.evaluation import multi_label_report  # pylint: disable=import-outside-toplevel
+  runner = E.Estimator(_scores_model_fn, RunConfig(model_dir=model_dir, train_batch_size=8, eval_batch_size=8,
+                                                   iterations_per_loop=1, save_checkpoints_steps=1), {}, strategy)
+  if strategy is None:
+    runner.train(_scores_input, max_steps=1)
+  report = multi_label_report.MultiLabelReport(['a', 'b', 'c'], {'weights': 'trained', 'tta': 'none'})
+  return runner.evaluate(_scores_input, hooks=[report])
+
+
+def test_the_exact_numbers_are_the_same_bits_on_one_replica_and_on_two(tmp_path):
+  """The hook sees every replica's rows, so the numbers are exact on any number of replicas: sklearn's mAP of
+  the raw logits (far beyond the histograms' [-16, 16]), and the same bits, thresholds included, on two."""
+  one = _exact_eval(str(tmp_path))
+  two = _exact_eval(str(tmp_path), tiny.two_replicas())
+  assert one['num_examples'] == two['num_examples'] == 37
+  assert one['ranking'] == two['ranking'] == 'exact'
+  assert one['mAP'] == pytest.approx(SKLEARN_MAP, abs=1e-12)
+  for key in ('mAP', 'micro_AP', 'micro_f1', 'macro_f1_tuned', 'label_thresholds', 'per_class',
+              'classes_without_positives'):
+    assert two[key] == one[key], key
+
+
+def test_balanced_weights_with_label_smoothing_weigh_negatives_1_and_positives_w():
+  """class_weights=balanced for a class at 0.3% (w = 332.3) with smoothing 0.1: a negative's term weighs exactly
+  1 (it weighed 1 + (w - 1) e/2 = 17.6), a positive's w: the mean weight of a term is 2 (1 - r) (positives and
+  negatives weigh alike in all), so the loss of outputs that say nothing is under twice the unweighted one (it was
+  18.5 times)."""
+  task = tasks.for_params({'task': 'multi_label', 'num_label_classes': 1, 'label_smoothing': 0.1,
+                           'bce_target_threshold': None, 'class_weights': None})
+  w = task.balanced_class_weights([3], 1000)[0]
+  z = tf.constant([[-2.0], [1.5]])
+  q = multi_label.targets(tf.constant([[0], [1]]), 0.1)
+  weighted = multi_label.per_example_loss(z, q, None, tf.constant([w]), 0.1).numpy()
+  plain = multi_label.per_example_loss(z, q, None).numpy()
+  np.testing.assert_allclose(weighted, [plain[0], w * plain[1]], rtol=1e-6)
+  # Mixup's half positive, half negative weighs halfway.
+  mixed = 0.5 * q[0] + 0.5 * q[1]
+  np.testing.assert_allclose(multi_label.per_example_loss(z[:1], mixed[None], None, tf.constant([w]), 0.1).numpy(),
+                             (1 + (w - 1) * 0.5) * multi_label.per_example_loss(z[:1], mixed[None], None).numpy(),
+                             rtol=1e-6)
+  # Through the task (training): the same; the divergence guard's loss of logits 0 (ln 2 per term, weighted).
+  params = {'task': 'multi_label', 'num_label_classes': 1, 'label_smoothing': 0.1, 'bce_target_threshold': None,
+            'class_weights': [w], 'class_weight_normalization': 'batch_size'}
+  weighted_task = tasks.for_params(params)
+  np.testing.assert_allclose(weighted_task.per_example_loss(z, q, training=True).numpy(), weighted, rtol=1e-6)
+  plain_task = tasks.for_params(dict(params, class_weights=None))
+  ratio = weighted_task.uninformed_loss([3], 1000) / plain_task.uninformed_loss([3], 1000)
+  assert ratio == pytest.approx(2 * (1 - 0.003))

@@ -144,12 +144,14 @@ def _expected_gradients(model, params, strategy, replicas: int):
       logits = tf.cast(model(images, training=True), tf.float32)
     z = logits.numpy().astype(np.float64)
     weight = targets.sum(axis=1, keepdims=True)
-    if _multi_label(params):  # mean_k of (1 + (w_k - 1) q) BCE(z_k, q): (1 + (w_k - 1) q)(s - q) / K
+    if _multi_label(params):  # mean_k of (1 + (w_k - 1) y) BCE(z_k, q): (1 + (w_k - 1) y)(s - q) / K
       q = targets
+      e = params['label_smoothing'] or 0.0
       if params['bce_target_threshold']:
-        q = (q > params['bce_target_threshold']).astype(np.float64)
+        q, e = (q > params['bce_target_threshold']).astype(np.float64), 0.0
+      y = np.clip((q - e / 2) / (1 - e), 0, 1)   # the target with the smoothing taken off: negatives weigh 1
       w = np.asarray(params['class_weights'] or [1.0] * CLASSES)[None, :]
-      d_logits = (1 + (w - 1) * q) * (1.0 / (1.0 + np.exp(-z)) - q) / CLASSES / denominator
+      d_logits = (1 + (w - 1) * y) * (1.0 / (1.0 + np.exp(-z)) - q) / CLASSES / denominator
     elif params['loss'] == 'binary_cross_entropy':  # w * mean_k BCE(z_k, q_k), q = t / w (thresholded)
       q = targets / weight
       if params['bce_target_threshold']:
