@@ -21,6 +21,9 @@ class Sequential(parallelism.Execution):
            deterministic: bool) -> tf.data.Dataset:
     return files.flat_map(read_file)
 
+  def read_width(self, width: int) -> int:
+    return 1  # flat_map: one file after another
+
   def decode(self, chunks: tf.data.Dataset, decode_chunk: Callable[[Any], tf.data.Dataset], num_parallel_calls: int,
              deterministic: bool) -> tf.data.Dataset:
     return chunks.flat_map(decode_chunk)

@@ -18,6 +18,7 @@
 Counts of skipped and lost records are read between training loops through the properties below.
 ``fail_on_data_loss=True`` turns a damaged shard into an error naming the file and the fix instead of a skip.
 """
+import random
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
@@ -123,6 +124,7 @@ class ImageNetInput(accounting.ReportsSkips):
     self._stats = InputAccounting('%s input' % split, MAX_CONSECUTIVE_BAD if is_training else None,
                                   fail_on_data_loss=fail_on_data_loss)
     self._info_cache: Optional[Tuple[str, Optional[dataset_info_lib.DatasetInfo]]] = None
+    self._drawn_seed: Optional[int] = None
 
   @classmethod
   def from_params(cls, params: Mapping[str, Any], split: str, **overrides: Any) -> 'ImageNetInput':
@@ -215,24 +217,23 @@ class ImageNetInput(accounting.ReportsSkips):
           batch_size=batch_size, image_size=self.image_size, num_classes=self.num_label_classes, dtype=self.dtype,
           mode=self.synthetic_data, seed=self.seed, is_training=self.is_training, num_images=self.num_images,
           include_filename=self.include_filename, context=context, multi_label=self.multi_label)
-    return self.record_dataset(batch_size, context)
+    return self.record_dataset(batch_size, context, contract.start_step(params), contract.input_seed(params))
 
-  def record_dataset(self, batch_size: int, context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
-    """The whole pipeline: files, checks, records in order, (cache, repeat, shuffle, seeds), decoded batches."""
+  def record_dataset(self, batch_size: int, context: Optional[tf.distribute.InputContext], start_step: int = 0,
+                     input_seed: Optional[int] = None) -> tf.data.Dataset:
+    """The whole pipeline: files, checks, records in order (training: endless epochs from ``start_step``'s place,
+    ``training_records``), seeds, decoded batches."""
     files = self.list_files()
     record_check.check_first_records(files[0])
     self._data_loss(shards.missing_shards(files, self.dataset_info(), self.data_dir, self.split))
-    records = self.read_records(files, context)
-    if self.use_cache and self.is_training:
-      records = ordering.cached_in_shuffled_blocks(
-          records, ordering.cache_blocks(self._stats.expected_records), self.seed)
     if self.is_training:
-      # Repeat, then shuffle (as the reference does without cache): the buffer stays full across epochs, so an
-      # epoch boundary never drains the decoders while the buffer refills. Each repetition re-reads the files in
-      # a new shuffled order (or a new order of the cached blocks).
-      records = records.repeat().shuffle(self.shuffle_buffer_size, seed=self.seed, reshuffle_each_iteration=True)
+      _, _, per_pipeline = ordering.context_ids(context)
+      start = start_step * batch_size * per_pipeline  # each step takes a batch of each replica this pipeline feeds
+      records = self.training_records(files, context, start, input_seed)
       if self.seed is not None:
-        records = ordering.with_augment_seeds(records, self.seed, context)
+        records = ordering.with_augment_seeds(records, self.seed, context, start)
+    else:
+      records = self.read_records(files, context)
     return decode.build_batches(records, self.decode_config(batch_size), self._stats, self.include_filename,
                                 context, execution=self.execution, num_parallel_calls=self.num_parallel_calls)
 
@@ -275,6 +276,50 @@ class ImageNetInput(accounting.ReportsSkips):
       records = records.shard(self.every_nth, 0)
     return records
 
+  def training_records(self, files: Sequence[str], context: Optional[tf.distribute.InputContext], start: int = 0,
+                       input_seed: Optional[int] = None) -> tf.data.Dataset:
+    """This pipeline's endless training records from position ``start`` (the records it gave before a resume).
+
+    Every training run reads in a fixed order, a function of the seed (random_seed, else the run's saved
+    ``input_seed``, else one drawn for this object) and the epoch (``ordering.training_records``), so that a
+    resumed run goes on where it stopped: an interrupted epoch is finished, not started over, and each record is
+    read once an epoch whatever the resumes.
+    """
+    index, count, _ = ordering.context_ids(context)
+    files, shard_records = self._pipeline_files(files, index, count)
+    info = self.dataset_info()
+    sizes = shards.file_sizes(files)
+    self._data_loss(shards.wrong_sizes(files, sizes, info, self.split))
+    expected = shards.file_records(files, info)
+    self._stats.expected_records = shards.pass_records(
+        expected, info.split_images(self.split) if info else None, count <= 1 or shard_records, None, index, count)
+    stats = self._stats
+
+    @tf.autograph.experimental.do_not_convert
+    def _read(path: tf.Tensor, size: tf.Tensor, expected_records: tf.Tensor, skip: tf.Tensor) -> tf.data.Dataset:
+      return shards.read_accounted(path, size, expected_records, stats, index, skip)
+
+    execution = self.execution
+    order = ordering.TrainingOrder(
+        seed=self.order_seed(input_seed), window=self.shuffle_buffer_size,
+        width=execution.read_width(ordering.read_width(len(files), fixed_order=True)),
+        shard=(count, index) if shard_records else (1, 0),
+        cache_blocks=ordering.cache_blocks(self._stats.expected_records) if self.use_cache else None)
+    records, how = ordering.training_records(
+        (files, sizes, expected), _read, lambda ds, fn, width: execution.read(ds, fn, width, True), order, start)
+    logging.info('Training input pipeline %d of %d: %s.', index, count, how)
+    return records
+
+  def order_seed(self, input_seed: Optional[int] = None) -> int:
+    """The seed of the training order: random_seed, else the run's (``input_seed``), else one drawn once here."""
+    if self.seed is not None:
+      return int(self.seed)
+    if input_seed is not None:
+      return int(input_seed)
+    if self._drawn_seed is None:
+      self._drawn_seed = random.SystemRandom().randrange(1, 2 ** 31)
+    return self._drawn_seed
+
   def _pipeline_files(self, files: Sequence[str], index: int, count: int) -> Tuple[List[str], bool]:
     """This pipeline's files, and whether it keeps every count-th record of them instead of whole files."""
     if count > 1 and self._first_records() and self._fewer_than_the_split():
@@ -308,7 +353,10 @@ class ImageNetInput(accounting.ReportsSkips):
         batch_size=batch_size, label_offset=0 if self.include_background_label else 1,
         num_classes=self.num_label_classes, check_labels=self.split != 'test', full_decode=execution.full_decode,
         parallel_iterations=execution.decode_parallel_iterations, augment=self.augment,
-        deterministic=not self.is_training or self.seed is not None, fast_decode=self.fast_decode,
+        # Batches leave in the order their records were read, seeded or not: the batches a run trained on are then
+        # the first ones of its order, which a resumed run skips exactly (a reordered decode would repeat some and
+        # lose others at each resume).
+        deterministic=True, fast_decode=self.fast_decode,
         crop_fraction=self.crop_fraction)
 
   def _data_loss(self, message: Optional[str]) -> None:

@@ -31,6 +31,10 @@ class Execution:
     return files.interleave(read_file, cycle_length=max(1, width), block_length=1, num_parallel_calls=AUTOTUNE,
                             deterministic=deterministic)
 
+  def read_width(self, width: int) -> int:
+    """The cycle length ``read`` gives ``width``: the order's arithmetic (ordering.resumed_reads) needs it."""
+    return max(1, width)
+
   def decode(self, chunks: tf.data.Dataset, decode_chunk: Callable[[Any], tf.data.Dataset], num_parallel_calls: int,
              deterministic: bool) -> tf.data.Dataset:
     """One batch per chunk of records; ``num_parallel_calls`` -1 = autotuned over the machine's CPUs."""

@@ -25,6 +25,11 @@ CHECKPOINT_NAME = 'model.ckpt'
 # since the last save.
 INITIAL = '<initial values>'
 TRAINED = '<trained, unsaved>'
+# Checkpoint entries beside global_step and the objects: the seed of an unseeded run's input order, and the states
+# of the random streams Keras keeps out of a model's checkpoint (seed_states).
+INPUT_SEED = 'input_seed'
+RANDOM_STREAMS = 'random_streams'
+SEED_STATE_NAME = 'seed_generator_state'
 
 
 def checkpoint_step(path: str) -> int:
@@ -36,6 +41,21 @@ def checkpoint_step(path: str) -> int:
 
 
 _DATA_SUFFIX = re.compile(r'\.data-\d{5}-of-\d{5}$')
+
+
+def seed_states(objects: Dict[str, Any]) -> Dict[str, Any]:
+  """The state variables of the Keras SeedGenerators in ``objects`` (dropout, stochastic depth and DropBlock masks
+  draw from them), by a checkpoint-safe name. Keras leaves them out of a model's checkpoint: a resumed run would
+  draw its masks again from the first state, and end elsewhere than the run it continues. Found by their Keras
+  name (duck typing: this runner imports nothing of Keras)."""
+  states, seen = {}, set()
+  for name, obj in sorted(objects.items()):
+    for variable in getattr(obj, 'variables', None) or ():
+      path = str(getattr(variable, 'path', ''))
+      if path.endswith(SEED_STATE_NAME) and id(variable) not in seen:
+        seen.add(id(variable))
+        states[re.sub(r'[^A-Za-z0-9_]', '.', f'{name}/{path}')] = variable
+  return states
 
 
 class IncompleteCheckpoints(FileNotFoundError):
@@ -150,8 +170,10 @@ class Checkpoints:
 
   def __init__(self, model_dir: str, is_chief: bool, keep_checkpoint_max: int, global_step: tf.Variable,
                objects: Callable[[], Dict[str, Any]],
-               check: Optional[Callable[[str, Dict[str, Any]], None]] = None):
+               check: Optional[Callable[[str, Dict[str, Any]], None]] = None,
+               input_seed: Optional[tf.Variable] = None):
     self.model_dir = model_dir
+    self._input_seed = input_seed
     self._check = check  # the application's check that a checkpoint fits its objects, before any restore
     self._is_chief = is_chief
     self._keep = keep_checkpoint_max
@@ -181,8 +203,15 @@ class Checkpoints:
     """Whether the variables hold this process's latest training, saved (the chief's path) or not."""
     return self.holds == TRAINED or (self.holds is not None and self.holds == self._saved_here)
 
-  def checkpoint(self) -> tf.train.Checkpoint:
-    return tf.train.Checkpoint(global_step=self._global_step, **self._objects())
+  def checkpoint(self, objects: Optional[Dict[str, Any]] = None) -> tf.train.Checkpoint:
+    """The step, the objects, and what else a run carries from step to step: the input seed and the random streams
+    (``seed_states``). The input's place is the step's (spec.RunContext.start_step), so it needs no entry."""
+    objects = self._objects() if objects is None else objects
+    extras: Dict[str, Any] = {INPUT_SEED: self._input_seed} if self._input_seed is not None else {}
+    states = seed_states(objects)
+    if states:
+      extras[RANDOM_STREAMS] = tf.train.Checkpoint(**states)
+    return tf.train.Checkpoint(global_step=self._global_step, **extras, **objects)
 
   def latest(self) -> Optional[str]:
     return latest(self.model_dir)
@@ -208,9 +237,10 @@ class Checkpoints:
     if not path:
       self.holds = INITIAL
       return None
-    if self._check is not None:
-      self._check(path, self._objects())
-    self.checkpoint().restore(path).expect_partial()
+    objects = self._objects()
+    if self._check is not None:   # it may name stand-ins that read the checkpoint's layout into the same variables
+      objects = self._check(path, objects) or objects
+    self.checkpoint(objects).restore(path).expect_partial()
     # Objects the checkpoint lacks keep whatever they held; those that care are told (moving averages start from
     # the restored weights, not from random ones).
     in_checkpoint = {key.split('/', 1)[0] for key, _ in tf.train.list_variables(path)}
@@ -231,6 +261,10 @@ class Checkpoints:
     manager = self._manager_for_current_objects()
     step = int(self._global_step.numpy())
     if not (manager.latest_checkpoint and checkpoint_step(manager.latest_checkpoint) == step):
+      # tf.train.Checkpoint's save_counter (which save adds 1 to) holds the step: a count of saves would differ
+      # between a run a signal stopped (one save more) and the uninterrupted run, whose checkpoints are otherwise
+      # equal entry for entry.
+      manager.checkpoint.save_counter.assign(step - 1)
       written = manager.save(checkpoint_number=step)
       logging.info('Saved checkpoint %s', written)
     # Every worker names the chief's file: the workers' variables are equal, a non-chief's copy is throw-away.

@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import threading
 import time
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -61,7 +62,8 @@ class Estimator:
                strategy: Optional[tf.distribute.Strategy] = None,
                restore_check: Optional[Callable[[str, Mapping[str, Any]], None]] = None):
     """``restore_check(path, objects)``: raises when checkpoint ``path`` cannot fit the objects model_fn created
-    (naming what differs), before anything is restored."""
+    (naming what differs), before anything is restored; or returns the objects to restore instead (stand-ins that
+    read the checkpoint's layout into the same variables), or None."""
     self.model_fn = model_fn
     self.config = config
     self.params = dict(params)
@@ -73,9 +75,14 @@ class Estimator:
     with self.strategy.scope():
       self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step',
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      # The seed of the training input's order where the run gives none: drawn at a run's first start (the chief's,
+      # _prepare_training), then restored from its checkpoints.
+      self.input_seed = tf.Variable(0, dtype=tf.int64, trainable=False, name='input_seed',
+                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
       self.scope = ObjectScope()
     self.checkpoints = checkpoints_lib.Checkpoints(self.model_dir, self.is_chief, config.keep_checkpoint_max,
-                                                   self.global_step, lambda: self.scope.saved_objects, restore_check)
+                                                   self.global_step, lambda: self.scope.saved_objects, restore_check,
+                                                   input_seed=self.input_seed)
     self.workers = distribution.num_workers(self.strategy)
     self.stop = StopControl(self.strategy, self.workers)
     self.replica_fns = loops.ReplicaFunctions(model_fn, self.mode_params, config.jit_compile, self.strategy)
@@ -180,9 +187,14 @@ class Estimator:
   def distribute(self, input_fn: InputFn, mode: str) -> tf.distribute.DistributedDataset:
     global_batch = self._global_batch(mode)
 
+    # A training input starts where the batches of the steps trained so far end (checkpoints.py: what a resume
+    # restores).
+    where = (dict(start_step=int(self.global_step.numpy()), input_seed=int(self.input_seed.numpy()))
+             if mode == ModeKeys.TRAIN else {})
+
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
       return input_fn(RunParams(self.params, context.get_per_replica_batch_size(global_batch),
-                                RunContext(mode, self.num_replicas, input_context=context)))
+                                RunContext(mode, self.num_replicas, input_context=context, **where)))
 
     # Eval and predict keep string features (file names) on the host; they never enter a replica function.
     options = tf.distribute.InputOptions(experimental_fetch_to_device=mode == ModeKeys.TRAIN)
@@ -225,8 +237,16 @@ class Estimator:
       # Saving goes on from the checkpoint resumed, not from one that is gone (every worker calls: a collective).
       self.on_chief(lambda: path and checkpoints_lib.repair_state(self.model_dir, path),
                     'repair the checkpoint state file')
-      self.restore(path)
+      self.input_seed.assign(self._drawn_input_seed())
+      self.restore(path)  # a checkpoint's input seed (checkpoints from before it was saved keep the drawn one)
     self._use_input(input_fn.at(int(self.global_step.numpy())) if isinstance(input_fn, StagedInput) else input_fn)
+
+  def _drawn_input_seed(self) -> int:
+    """A new run's input seed: the chief's draw on every worker (their pipelines must agree on one order when they
+    share files by record). Python's generator, which a seeded program seeds (determinism.py): a seeded run draws
+    the same seed whether or not it is resumed (its order follows random_seed anyway), an unseeded one a new one."""
+    seed = random.randrange(1, 2 ** 31)
+    return int(round(self.from_chief([seed])[0])) if self.workers > 1 else seed
 
   def _use_input(self, input_fn: InputFn) -> None:
     """Makes the train loop read ``input_fn``: a new one gets its iterator and a new compiled loop."""

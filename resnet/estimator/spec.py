@@ -109,7 +109,10 @@ class RunContext:
 
   ``scope`` and ``global_step`` are given to model_fn, ``input_context`` (which input pipeline this is, how many
   replicas it feeds) to input_fn; ``exporting``: PREDICT traced for a SavedModel's serving signatures, not run on
-  data (a model_fn may serve less than it predicts with, e.g. without test-time augmentation).
+  data (a model_fn may serve less than it predicts with, e.g. without test-time augmentation). A training input_fn
+  also gets ``start_step`` (the global step its first batch trains: a resumed run's, or a stage's first) and
+  ``input_seed`` (the run's seed of the input order, saved in its checkpoints), so that it starts where the batches
+  trained so far end and reads an unseeded run's epochs in the order they began.
   """
   mode: str
   num_replicas: int = 1
@@ -117,6 +120,8 @@ class RunContext:
   global_step: Optional[tf.Variable] = None
   input_context: Optional[tf.distribute.InputContext] = None
   exporting: bool = False
+  start_step: int = 0
+  input_seed: Optional[int] = None
 
 
 class RunParams(collections.abc.Mapping):

@@ -120,12 +120,15 @@ class DropBlock(keras.layers.Layer):
 
   ``keep_prob`` is the model's shared base keep-prob variable; this layer derives its group's keep prob from it at
   call time so a schedule assigned by the training loop takes effect without retracing. The spatial size must be
-  static and square when training (the reference's constraint too).
+  static and square when training (the reference's constraint too). Its noise comes from a SeedGenerator
+  (``replica_noise``), as stochastic depth's: a state checkpoints keep, so a resumed run drops the blocks the
+  uninterrupted run drops (a stateful random op's state lives in its kernel and starts over in a new process).
   """
 
   def __init__(self, keep_prob: keras.Variable, group: int, block_size: int, data_format: str, **kwargs):
     super().__init__(**kwargs)
     group_keep_prob(1.0, group)  # validates the group
+    self.seed_generator = keras.random.SeedGenerator(None, name=f'{self.name}_seed_generator')
     self.keep_prob = keep_prob
     self.group = group
     self.block_size = int(block_size)
@@ -150,7 +153,7 @@ class DropBlock(keras.layers.Layer):
     valid = (i >= lo) & (i < hi) & (j >= lo) & (j < hi)
     valid = tf.reshape(tf.cast(valid, tf.float32), [1, width, width, 1] if self.data_format == 'channels_last'
                        else [1, 1, width, width])
-    noise = tf.random.uniform(tf.shape(x), dtype=tf.float32)
+    noise = replica_noise(tf.shape(x), self.seed_generator)
     keep = tf.cast((1.0 - valid + (1.0 - seed_drop_rate) + noise) >= 1.0, tf.float32)
     if size == width:
       keep = tf.reduce_min(keep, axis=spatial_axes, keepdims=True)

@@ -144,6 +144,32 @@ def make_tiny_dataset(data_dir: str, num_train: int = 32, num_validation: int = 
   return data_dir
 
 
+def write_summary(data_dir: str) -> str:
+  """A summary.json with the converter's per-shard counts (records, bytes, sha256) and split sizes for the shards
+  in ``data_dir`` (make_tiny_dataset and tools/make_fake_imagenet write none): what a resumed input computes its
+  place from."""
+  import hashlib  # pylint: disable=import-outside-toplevel
+  import json  # pylint: disable=import-outside-toplevel
+  shards, splits = {}, {}
+  for name in sorted(os.listdir(data_dir)):
+    split = name.split('-')[0]
+    if split not in ('train', 'validation', 'test') or '-of-' not in name:
+      continue
+    path = os.path.join(data_dir, name)
+    with open(path, 'rb') as f:
+      data = f.read()
+    records = sum(1 for _ in tf.data.TFRecordDataset(path))
+    shards[name] = {'records': records, 'bytes': len(data), 'sha256': hashlib.sha256(data).hexdigest()}
+    entry = splits.setdefault(split, {'images': 0, 'shards': []})
+    entry['images'] += records
+    entry['shards'].append(name)
+  with open(os.path.join(data_dir, 'labels.txt')) as f:
+    num_classes = len([line for line in f if line.strip()])
+  with open(os.path.join(data_dir, 'summary.json'), 'w') as f:
+    json.dump({'num_classes': num_classes, 'splits': splits, 'shards': shards}, f)
+  return data_dir
+
+
 def checkpoint_steps(model_dir: str) -> List[int]:
   state = tf.train.get_checkpoint_state(model_dir)
   if not state:

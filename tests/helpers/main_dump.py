@@ -16,6 +16,9 @@ Environment (all optional):
   BEST_COPY_VANISHES_AT  a step: when best/'s writer is about to keep that step's checkpoint, its files vanish
                   first, as keep_checkpoint_max may delete them under a slow copy.
   FAIL_WRITE      a path suffix: this process's atomic writes of a file whose path ends so fail as on a full disk.
+  STOP_AT         comma-separated global steps: training stops at the first one past the step it starts from, as
+                  SIGINT stops it (a loop ends there, a checkpoint is saved at that step, exit 0), at a step the
+                  test chooses rather than one a signal's timing picks.
   RESTORE_VANISHES_ON_NON_CHIEF  a non-chief worker's first restore of a model_dir checkpoint finds its files gone
                   (keep_checkpoint_max deleted them between the workers' existence check and the restore).
 
@@ -109,6 +112,27 @@ def _patch() -> None:
       looked.append(True)
       return tf.train.get_checkpoint_state(self.model_dir).all_model_checkpoint_paths[0]
     Estimator.latest_checkpoint = stale_latest_checkpoint
+
+  if os.environ.get('STOP_AT'):
+    from resnet.estimator import hooks as hooks_lib  # pylint: disable=import-outside-toplevel
+    stops = sorted(int(s) for s in os.environ['STOP_AT'].split(','))
+
+    class StopAt(hooks_lib.LoopHook):
+      def begin(self, estimator, step):
+        self.estimator = estimator  # pylint: disable=attribute-defined-outside-init
+
+      def next_boundary(self, step):
+        return next((s for s in stops if s > step), None)
+
+      def after_loop(self, step, logs):
+        if step in stops:
+          self.estimator.request_stop('SIGINT')
+
+    train = Estimator.train
+
+    def stopping_train(self, input_fn, max_steps, hooks=(), total_steps=None):
+      return train(self, input_fn, max_steps, list(hooks) + [StopAt()], total_steps)
+    Estimator.train = stopping_train
 
   resnet_main.make_estimator = capturing_make_estimator
   distribution.get_strategy = seeding_get_strategy
