@@ -18,6 +18,9 @@ column (True: validation, False: train) as the split column.
 
 JSON lines (``.jsonl``, ``.ndjson``) read the same way: one object per image, its keys the columns (a list value is
 the image's labels, ``[]`` a negative), e.g. ``{"image": "a.jpg", "labels": ["cat", "indoor"], "split": "train"}``.
+
+Annotation tools' exports (Label Studio's CSV, JSON-MIN and JSON; CVAT's ImageNet txt with its synsets.txt) are
+read into the same table by label_exports.py, which owns their shapes, so they end in the same rows and checks.
 """
 import csv
 import dataclasses
@@ -26,6 +29,7 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from official_input import image_normalisation
+from tools.convert import label_exports
 
 SPLIT_VALUES = {'train': 'train', 'validation': 'validation', 'val': 'validation', 'test': 'test'}
 IS_VALID = 'is_valid'  # fastai's split column: True is validation, False train
@@ -93,7 +97,8 @@ def _columns(header: List[str], columns: Columns, csv_path: str) -> Tuple[int, i
                      'split columns must differ.')
   if split_i is None:
     split_i = next((i for i, h in enumerate(header) if h.lower() in ('split', IS_VALID) and i not in named), None)
-  free = [i for i in range(len(header)) if i not in (path_i, label_i, split_i)]
+  metadata = label_exports.metadata_columns(header)  # Label Studio's id, annotator, ...: never path nor label
+  free = [i for i in range(len(header)) if i not in (path_i, label_i, split_i) and i not in metadata]
   if path_i is None:
     path_i = free.pop(0) if free else None
   if label_i is None:
@@ -135,6 +140,11 @@ def _read_table(path: str) -> Tuple[List[str], List[Tuple[int, List[Cell]]]]:
     with open(path, newline='', encoding='utf-8-sig') as f:
       if path.lower().endswith(JSON_LINES):
         return _json_lines(path, f)
+      if path.lower().endswith('.json'):   # Label Studio's JSON-MIN or JSON export (label_exports.py)
+        return _object_table(path, label_exports.json_objects(path, f))
+      cvat = label_exports.cvat_table(path, f) if path.lower().endswith('.txt') else None
+      if cvat is not None:
+        return cvat
       first = f.readline()
       f.seek(0)
       delimiter = max(DELIMITERS, key=first.count)  # the header's separator: ',' unless it has more ';' or tabs
@@ -166,11 +176,17 @@ def _json_lines(path: str, lines) -> Tuple[List[str], List[Tuple[int, List[Cell]
   if bad:
     raise ValueError(f'{path}: ' + _listed(bad, 'lines are not JSON objects such as {"image": "a.jpg", "labels": '
                                                 '["cat"]}') + '. Nothing was written.')
+  return _object_table(path, objects)
+
+
+def _object_table(path: str, objects) -> Tuple[List[str], List[Tuple[int, List[Cell]]]]:
+  """The table of (number, object) records: their keys the columns in order of appearance, a list (or Label
+  Studio's ``{"choices": [...]}``) a list of labels, a missing key an empty cell."""
   if not objects:
     raise ValueError(f'{path} is empty: expected one JSON object per image (e.g. {{"image": "a.jpg", "label": '
                      '"cat"}).')
   header = list(dict.fromkeys(key for _, value in objects for key in value))
-  cell = lambda v: [str(x) for x in v] if isinstance(v, list) else '' if v is None else str(v)
+  cell = label_exports.labels_value
   return header, [(number, [cell(value.get(key)) for key in header]) for number, value in objects]
 
 
@@ -206,7 +222,8 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
   half the rows, from 20 rows, which says the label column is probably another column)."""
   header, body = _read_table(csv_path)
   if len(header) < 2:
-    raise ValueError(f'{csv_path} has one column ({header}): expected a path column and a label column.')
+    raise ValueError(f'{csv_path} has one column ({header}): expected a path column and a label column (CVAT\'s '
+                     f'ImageNet export without images is read with its {label_exports.SYNSETS} beside it).')
   path_i, label_i, split_i = _columns(header, columns, csv_path)
   one_hot = _one_hot_columns(header, body, columns, path_i, split_i)
   exact, stems = _file_index(image_dir, files)
@@ -214,7 +231,7 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
   rows: List[Row] = []
   missing, ambiguous, empty, repeated, bad_split, short = [], [], [], [], [], []
   first_row: Dict[str, int] = {}
-  twice = []
+  twice, same_name, bad_json, by_name = [], [], [], {}
   for number, cells in body:  # line numbers as an editor shows them
     if len(cells) <= max(i for i in (path_i, label_i, split_i) if i is not None):
       short.append(f'line {number} has {len(cells)} cells')
@@ -228,10 +245,21 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
         ambiguous.append(f'line {number} {name!r} ({", ".join(os.path.basename(c) for c in candidates[:3])})')
         continue
       path = candidates[0] if candidates else None
+    if path is None:   # a Label Studio upload, local file or URL: by its file name (label_exports.py)
+      path, several = label_exports.match_reference(name, image_dir, files, exact, by_name)
+      if several:
+        same_name.append(f'line {number} {name!r} ({", ".join(several[:3])})')
+        continue
     if path is None:
       missing.append(f'line {number} {name!r}')
       continue
     cell = [header[i] for i in one_hot if ONE_HOT_VALUES[cells[i].strip().lower()]] if one_hot else cells[label_i]
+    try:
+      choices = label_exports.choices_cell(cell) if isinstance(cell, str) else None   # Label Studio's JSON
+      cell = cell if choices is None else choices
+    except ValueError as e:
+      bad_json.append(f'line {number} {e}')
+      continue
     if isinstance(cell, list):   # a JSON list: its items are the labels
       labels = cell
     else:
@@ -263,9 +291,16 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
     problems.append(_listed(short, f'rows with fewer cells than the header ({len(header)})'))
   if missing:
     problems.append(_listed(missing, f'rows name no file under {image_dir} (as written, nor with an image '
-                                     f'extension: {", ".join(IMAGE_EXTENSIONS)})'))
+                                     f'extension: {", ".join(IMAGE_EXTENSIONS)}; a Label Studio upload, local file '
+                                     'or URL by its file name, with or without its <8 hex>- upload prefix)'))
   if ambiguous:
     problems.append(_listed(ambiguous, 'rows name several files (give the extension)'))
+  if same_name:
+    problems.append(_listed(same_name, 'Label Studio images match several files of their file name under '
+                                       f'{image_dir} (keep one file of each name, or name the files by their path '
+                                       'relative to the image folder)'))
+  if bad_json:
+    problems.append(_listed(bad_json, 'rows have a cut label cell'))
   if twice:
     problems.append(_listed(twice, 'files are named twice (each image must have one row)'))
   if empty:
