@@ -66,7 +66,7 @@ FORKED_MODULES = ('resnet.resnet_main', 'tests.helpers.main_dump', 'tests.helper
 _READ_AT_RUN_TIME = frozenset((
     'TMPDIR', 'TF_CONFIG', 'PYTEST_CURRENT_TEST', 'PROBE_VALUE', 'DUMP_PATH', 'DUMP_SEED', 'DESIGNED_DATA',
     'LOGICAL_CPUS', 'OVERFLOW_STEP', 'STALE_LISTING', 'BEST_COPY_VANISHES_AT', 'FAIL_WRITE',
-    'RESTORE_VANISHES_ON_NON_CHIEF'))  # the last ones: tests/helpers/main_dump.py
+    'RESTORE_VANISHES_ON_NON_CHIEF', 'STOP_AT'))  # the last ones: tests/helpers/main_dump.py
 NO_FORKSERVER = 'RESNET_TEST_NO_FORKSERVER'  # '1' in a Proc's environment (or the tests'): a new interpreter
 
 
