@@ -344,7 +344,8 @@ PARAMS: Tuple[Param, ...] = (
       checks=('>= 0', '<= 1'), modes=EXPORTING),
     P('deploy_min_class_agreement', 0.5, 'The same per class: a quantized .tflite or .onnx file is not written '
       'where, for some class, of the images it or the SavedModel puts in the class, a smaller share are put there '
-      'by both (the class\'s Jaccard index; a file that loses a rare class passes the pooled one).', float,
+      'by both (the class\'s Jaccard index; a file that loses a rare class passes the pooled one). Only classes '
+      'either decides for 10 images or more are judged (fewer: one flip scores 0).', float,
       checks=('>= 0', '<= 1'), modes=EXPORTING),
     P('add_warmup_requests', False, 'Write TF Serving warm-up requests into the export (assets.extra).',
       modes=EXPORTING),

@@ -13,7 +13,8 @@ what it outputs: its own decisions where it outputs them (the .onnx files' ``cla
 else its probabilities decided as predict decides them, so a file cannot pass on numbers recomputed outside it.
 Each quantized kind is converted, measured, and written only if its pooled agreement is at least
 ``deploy_min_agreement`` and that of its worst class at least ``deploy_min_class_agreement`` (a pooled share hides a
-rare class lost entirely); else it is refused (QuantizationError, one message naming the measure and the class) and
+rare class lost entirely; only classes of answers.CLASS_MIN_IMAGES images or more are judged, counted in the row);
+else it is refused (QuantizationError, one message naming the measure and the class) and
 the files before it stay. The format's table is written beside the files either way.
 
 What the files output and how answers compare is the ``answers`` object's (``resnet/task/answers.py``: the run's task supplies it): nothing here asks
@@ -211,13 +212,21 @@ class Reference:
     predicted = self.answers.decided(runner.outputs(self.images))
     per_class = self.answers.per_class(predicted, self.predicted, self.num_classes)
     compared = ~np.isnan(per_class)
-    worst = int(np.argmin(np.where(compared, per_class, np.inf))) if compared.any() else None
+    judged = compared & (self.answers.support(predicted, self.predicted, self.num_classes) >=
+                         answers_lib.CLASS_MIN_IMAGES)   # fewer images: one flip is 0, too small to judge
+    worst = int(np.argmin(np.where(judged, per_class, np.inf))) if judged.any() else None
+    too_small = int(np.sum(compared & ~judged))
+    if too_small:
+      logging.info('%s: %d of the %d classes compared with the SavedModel are decided for fewer than %d images by '
+                   'both, too few to judge: not held to deploy_min_class_agreement.', name, too_small,
+                   int(compared.sum()), answers_lib.CLASS_MIN_IMAGES)
     return deploy_report.Row(name, kind, len(data), self.answers.score(predicted, self.labels),
                              self.answers.agreement(predicted, self.predicted), runner.latency_ms(self.images[0]),
                              runner.runtime, metric=self.answers.score_name,
                              agreement_name=self.answers.agreement_name,
                              class_agreement=1.0 if worst is None else float(per_class[worst]),
-                             worst_class='' if worst is None else self.class_name(worst))
+                             worst_class='' if worst is None else self.class_name(worst),
+                             classes_too_small=too_small)
 
   def class_name(self, class_id: int) -> str:
     """'3 (cat)', or '3' without names."""
@@ -303,8 +312,9 @@ def _write_quantized(fmt: DeployFormat, kind: str, float32_file: bytes, saved_mo
     else:
       measured = (f'agrees with the SavedModel on class {row.worst_class} with a Jaccard index of '
                   f'{row.class_agreement:.4f} (of the images either puts in it, the share both do: its worst class on '
-                  f'{count} validation images), below deploy_min_class_agreement={measuring.min_class_agreement:g}; '
-                  f'pooled, it {fmt.answers.describe(row.agreement, count)}')
+                  f'{count} validation images, of the classes decided for {answers_lib.CLASS_MIN_IMAGES} images or '
+                  f'more; {row.classes_too_small} smaller ones not judged), below deploy_min_class_agreement='
+                  f'{measuring.min_class_agreement:g}; pooled, it {fmt.answers.describe(row.agreement, count)}')
     raise QuantizationError(
         f'{name} {measured} ({row.metric} {row.top_1:.4f} vs {reference.row.top_1:.4f}): it was not written. To '
         f'keep it: {fmt.advice(kind, measuring.calibration)}; or lower {param}. Complete: {kept}; the table is in '

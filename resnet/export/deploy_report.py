@@ -35,6 +35,7 @@ class Row:
   class_agreement: float = 1.0  # the Jaccard index of its worst class: of the images either puts in it, both do
   worst_class: str = ''         # that class ('3 (cat)'); '' for the SavedModel, or where no class was compared
   refused_by: str = 'deploy_min_agreement'  # the floor it missed, where not kept
+  classes_too_small: int = 0  # classes compared but decided for under answers.CLASS_MIN_IMAGES images: not judged
 
 
 def directory_bytes(path: str) -> int:
@@ -54,6 +55,8 @@ def table(rows: Sequence[Row], num_images: int) -> str:
   for r in rows:
     kept = '' if r.kept else f' ({REFUSED.format(r.refused_by)})'
     worst = f'{r.worst_class}: {r.class_agreement:.4f}' if r.worst_class else '-'
+    if r.classes_too_small:
+      worst += f' ({r.classes_too_small} classes too small to judge)'
     lines.append(f'| {r.name}{kept} | {r.bytes / 1e6:.2f} | {r.top_1:.4f} | {r.agreement:.4f} | {worst} | '
                  f'{r.latency_ms:.2f} | {r.runtime} |')
   return '\n'.join(lines) + '\n'

@@ -6,12 +6,17 @@ A file is measured by what it outputs: its own decisions (``output``: ``classes`
 the SavedModel and the .onnx files compute inside) where it has them, else those its probabilities give
 (``decided``), so a file that decides differently from its probabilities (float16 thresholds) cannot pass on
 numbers recomputed outside it. The agreement is pooled (``agreement``) and per class (``per_class``), since a pooled
-share hides a rare class a file has lost."""
+share hides a rare class a file has lost; a class is judged only with CLASS_MIN_IMAGES images or more (``support``).
+"""
 import dataclasses
 from typing import Mapping, Tuple
 
 import numpy as np
 import tensorflow as tf
+
+# A class's Jaccard index is judged (held to a floor) only where the file or the reference decides it for at least
+# this many images: with 1000 classes on 500 images most hold 0-1, and a single top-1 flip scores such a class 0.
+CLASS_MIN_IMAGES = 10
 
 
 class Answers:
@@ -51,6 +56,12 @@ class Answers:
     either = np.sum(mine | theirs, axis=0)
     both = np.sum(mine & theirs, axis=0)
     return np.where(either > 0, both / np.maximum(either, 1), np.nan)
+
+  def support(self, decided: np.ndarray, reference: np.ndarray, num_classes: int) -> np.ndarray:
+    """[K] per class, the images the file or the reference decides it for, whichever decides it for more: a class
+    under CLASS_MIN_IMAGES is too small to judge (one flip of its single image is a Jaccard index of 0)."""
+    return np.maximum(np.sum(self.one_hot(decided, num_classes), axis=0),
+                      np.sum(self.one_hot(reference, num_classes), axis=0))
 
   def describe(self, agreement: float, num_images: int) -> str:
     """The pooled agreement in words, naming its measure."""

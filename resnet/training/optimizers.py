@@ -204,12 +204,24 @@ def uses_muon(variable) -> bool:
   return len(variable.shape) == 4
 
 
+def muon_scale(shape: Sequence[int]) -> float:
+  """The reference's ``update *= max(1, grad.size(-2) / grad.size(-1))**0.5`` (KellerJordan/Muon muon.py,
+  ``muon_update``), taken on the gradient as torch holds it, not on the matrix orthogonalised: a conv kernel's
+  [out, in, kh, kw] gives sqrt(max(1, kh / kw)), so 1 for every square kernel; a matrix's [out, in] (Keras'
+  [in, out]) sqrt(max(1, out / in))."""
+  if len(shape) == 4:   # Keras' [kh, kw, in, out]: torch's last two dims are (kh, kw)
+    rows, columns = shape[0], shape[1]
+  else:                 # Keras' [in, out] is torch's [out, in]
+    rows, columns = shape[-1], shape[0]
+  return math.sqrt(max(1.0, rows / columns))
+
+
 class Muon(AdamW):
   """Muon (Keller Jordan, 2024; ``MuonWithAuxAdam``) on the conv kernels, this module's AdamW on the rest.
 
   A conv kernel ``w`` (Keras' [kh, kw, in, out]) with gradient ``g``, per step:
     m = momentum m + (1 - momentum) g;  u = (1 - momentum) g + momentum m   (Nesterov; without it u = m)
-    U = orthogonalised(u as the matrix [out, kh kw in], ns_steps) * sqrt(max(1, out / (kh kw in)))
+    U = orthogonalised(u as the matrix [out, kh kw in], ns_steps) * muon_scale(w's shape)   (1 for square kernels)
     w <- w (1 - lr weight_decay) - lr U            (the decay where ``decayed``, as AdamW's)
   The reference views torch's [out, in, kh, kw] as [out, in kh kw]; ours orders the columns (kh, kw, in), and the
   iteration commutes with reordering columns, so the update is the same. Every other variable takes AdamW's step at
@@ -260,7 +272,7 @@ class Muon(AdamW):
     shape = tuple(variable.shape)
     rows, columns = shape[-1], math.prod(shape[:-1])   # torch's [out, in kh kw], transposed
     update = ops.reshape(orthogonalised(ops.reshape(u, (columns, rows)), self.ns_steps), shape)
-    update = ops.multiply(update, math.sqrt(max(1.0, rows / columns)))
+    update = ops.multiply(update, muon_scale(shape))
     if self._decays[index]:
       self.assign(variable, ops.multiply(variable, ops.subtract(1.0, ops.multiply(lr, self.decoupled_weight_decay))))
     self.assign_sub(variable, ops.multiply(update, lr))

@@ -472,7 +472,9 @@ def numpy_muon(weights, grads_per_step, lr, momentum, ns_steps, adamw_lr, betas,
         torch_m = momentum * torch_m + (1 - momentum) * torch_g          # momentum.lerp_(grad, 1 - beta)
         update = (1 - momentum) * torch_g + momentum * torch_m          # grad.lerp_(momentum, beta)
         matrix = update.reshape(len(update), -1)                        # update.view(len(update), -1)
-        update = numpy_newton_schulz(matrix, ns_steps) * max(1, matrix.shape[0] / matrix.shape[1]) ** 0.5
+        # muon.py's muon_update: `update *= max(1, grad.size(-2) / grad.size(-1))**0.5` on the 4-D gradient, not
+        # on the matrix: kh / kw, so no scale on a square kernel.
+        update = numpy_newton_schulz(matrix, ns_steps) * max(1, torch_g.shape[-2] / torch_g.shape[-1]) ** 0.5
         m[i] = torch_m.transpose(2, 3, 1, 0)
         if decayed[i]:
           weights[i] = weights[i] * (1 - lr * weight_decay)
@@ -488,12 +490,13 @@ def numpy_muon(weights, grads_per_step, lr, momentum, ns_steps, adamw_lr, betas,
 
 
 def _muon_layers(rng):
-  """A 3x3 conv (a wide matrix [6, 36]), a 1x1 conv with more outputs than inputs (a tall one [8, 2], which the
-  iteration transposes and the update scales by 2) and a dense head: Muon, Muon, AdamW."""
+  """A 3x3 conv (a wide matrix [6, 36]), an expanding 1x1 conv (a bottleneck's 64 -> 256 scaled down: a tall matrix
+  [16, 4], which the iteration transposes and the reference does not scale: its kh / kw is 1) and a dense head: Muon,
+  Muon, AdamW."""
   wide = keras.layers.Conv2D(6, 3, name='conv_wide')
   wide.build((None, 5, 5, 4))
-  tall = keras.layers.Conv2D(8, 1, name='conv_tall')
-  tall.build((None, 5, 5, 2))
+  tall = keras.layers.Conv2D(16, 1, name='conv_tall')
+  tall.build((None, 5, 5, 4))
   head = dense_layer(rng.normal(size=(6, 3)), rng.normal(size=(3,)))
   for layer in (wide, tall):
     for variable in layer.trainable_variables:
@@ -518,9 +521,12 @@ def test_muon_three_steps_match_the_reference_update():
   expected = numpy_muon(start, steps, 0.05, 0.9, 5, 0.05 * 0.2, (0.8, 0.9), 1e-3, 0.3, decayed)
   for variable, value in zip(variables, expected):
     np.testing.assert_allclose(variable.numpy(), value, rtol=1e-4, atol=1e-5, err_msg=variable.path)
-  # The orthogonalisation acts: the kernels' steps are not momentum SGD's, and the tall kernel's is scaled by 2.
+  # The orthogonalisation acts: the kernels' steps are not momentum SGD's.
   plain = [s - 0.05 * sum(g[i] for g in steps) for i, s in enumerate(start)]
   assert not np.allclose(expected[0], plain[0], atol=1e-2)
+  # The scale is the reference's, of torch's last two dims: kh / kw for a kernel, out / in for a matrix.
+  assert optimizers.muon_scale((1, 1, 4, 16)) == 1.0 and optimizers.muon_scale((3, 1, 4, 16)) == pytest.approx(3 ** 0.5)
+  assert optimizers.muon_scale((6, 3)) == 1.0 and optimizers.muon_scale((3, 6)) == pytest.approx(2 ** 0.5)
   # Keras' own Muon gives every conv kernel (4-D) to its AdamW: not the reference's update for a ResNet.
   assert keras.optimizers.Muon()._should_use_adamw(variables[0])  # pylint: disable=protected-access
 
