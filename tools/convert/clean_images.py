@@ -16,6 +16,11 @@ from official_input import image_normalisation
 
 JPEG_QUALITY = image_normalisation.JPEG_QUALITY  # summary.json and the command's help name it
 _FILES_PER_TASK = 16  # Paths per worker task: amortises inter-process overhead, keeps results ordered.
+# Items that name a ``batch_key`` (parquet_source.TableRow: its file and row group) are cleaned grouped by it within
+# windows of this many items and put back in order: train is shuffled, and a worker keeps one row group, so in
+# plan order it would read a row group for almost every image. The parent holds at most a window's cleaned images.
+_WINDOW = 2048
+_ITEMS_PER_BATCH_TASK = 64  # a larger task would hold more images in flight (4 tasks per worker)
 
 
 class CleanedImage(NamedTuple):
@@ -101,6 +106,23 @@ def _clean_chunk(paths: Sequence[Any], apply_exif_orientation: bool, max_image_s
   return [clean_image_file(p, apply_exif_orientation, max_image_side) for p in paths]
 
 
+def _tasks(paths: Sequence[Any]) -> List[List[int]]:
+  """The indices of ``paths`` per worker task: runs of _FILES_PER_TASK in order, except that items with a
+  ``batch_key`` are grouped by it within each _WINDOW (stable: in order within a key)."""
+  if not any(getattr(p, 'batch_key', None) is not None for p in paths):
+    return [list(range(i, min(i + _FILES_PER_TASK, len(paths)))) for i in range(0, len(paths), _FILES_PER_TASK)]
+  tasks: List[List[int]] = []
+  for start in range(0, len(paths), _WINDOW):
+    window = range(start, min(start + _WINDOW, len(paths)))
+    by_key: dict = {}
+    for i in window:
+      key = getattr(paths[i], 'batch_key', None)
+      by_key.setdefault(('key', key) if key is not None else ('one', i // _FILES_PER_TASK), []).append(i)
+    for indices in by_key.values():
+      tasks.extend(indices[j:j + _ITEMS_PER_BATCH_TASK] for j in range(0, len(indices), _ITEMS_PER_BATCH_TASK))
+  return tasks
+
+
 @contextlib.contextmanager
 def cleaned_images(paths: Sequence[Any], apply_exif_orientation: bool, num_workers: int,
                     max_image_side: int = 0) -> Iterator[Iterator[CleanedImage]]:
@@ -110,23 +132,34 @@ def cleaned_images(paths: Sequence[Any], apply_exif_orientation: bool, num_worke
   bound keeps memory flat when workers outrun the writer; 'spawn' keeps TensorFlow (imported by the parent) out of
   the workers and behaves the same on Linux, macOS and Windows.
   """
-  chunks = [paths[i:i + _FILES_PER_TASK] for i in range(0, len(paths), _FILES_PER_TASK)]
-  num_workers = min(num_workers, len(chunks))
+  tasks = _tasks(paths)
+  num_workers = min(num_workers, len(tasks))
+
+  def in_order(results: Iterator[List[CleanedImage]]) -> Iterator[CleanedImage]:
+    """The tasks' results (in task order) back in the order of ``paths``."""
+    done: dict = {}
+    task_indices = iter(tasks)
+    for index in range(len(paths)):
+      while index not in done:
+        done.update(zip(next(task_indices), next(results)))
+      yield done.pop(index)
+
   if num_workers <= 1:
-    yield (image for chunk in chunks for image in _clean_chunk(chunk, apply_exif_orientation, max_image_side))
+    yield in_order(_clean_chunk([paths[i] for i in t], apply_exif_orientation, max_image_side) for t in tasks)
     return
   with multiprocessing.get_context('spawn').Pool(num_workers) as pool:
-    todo = iter(chunks)
+    todo = iter(tasks)
     pending: Deque[Any] = collections.deque(
-        pool.apply_async(_clean_chunk, (chunk, apply_exif_orientation, max_image_side))
-        for chunk in itertools.islice(todo, 4 * num_workers))
+        pool.apply_async(_clean_chunk, ([paths[i] for i in task], apply_exif_orientation, max_image_side))
+        for task in itertools.islice(todo, 4 * num_workers))
 
-    def ordered() -> Iterator[CleanedImage]:
+    def ordered() -> Iterator[List[CleanedImage]]:
       while pending:
         results = pending.popleft().get()
-        chunk = next(todo, None)
-        if chunk is not None:
-          pending.append(pool.apply_async(_clean_chunk, (chunk, apply_exif_orientation, max_image_side)))
-        yield from results
+        task = next(todo, None)
+        if task is not None:
+          pending.append(pool.apply_async(_clean_chunk, ([paths[i] for i in task], apply_exif_orientation,
+                                                         max_image_side)))
+        yield results
 
-    yield ordered()
+    yield in_order(ordered())

@@ -12,7 +12,8 @@ unlabelled split, as HF marks it) and rows whose image holds only a path are pas
 
 Why pyarrow (an optional extra, imported only here): it is the one reader of both formats, and reads a row group or
 a memory-mapped Arrow file without loading the rest; each cleaning worker reads the image column of one row group at
-a time (TableRow) and keeps the last one it read, so nothing is unpacked to disk and the parent never holds images.
+a time (TableRow) and keeps the last one it read, so nothing is unpacked to disk and the parent never holds images;
+clean_images hands a worker the (shuffled) rows grouped by row group (TableRow.batch_key) so each is read ~once.
 """
 import json
 import os
@@ -63,6 +64,11 @@ class TableRow(NamedTuple):
   column: str
   size: int    # estimated: the row group's bytes per row
   name: str
+
+  @property
+  def batch_key(self) -> Optional[Tuple[str, int]]:
+    """Rows sharing it are cleaned together (clean_images groups them): a worker keeps one Parquet row group."""
+    return None if _is_arrow(self.path) else (self.path, self.group)
 
   def read(self) -> bytes:
     key = (self.path, self.group, self.column)

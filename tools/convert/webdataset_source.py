@@ -59,6 +59,7 @@ class _Sample(NamedTuple):
   shard: str
   key: str
   fields: Dict[str, tarfile.TarInfo]
+  labels: Dict[str, bytes]  # the bytes of its label members, read while the shard is open
 
 
 def _key_and_field(name: str) -> Optional[Tuple[str, str]]:
@@ -84,19 +85,27 @@ def _open_shard(path: str) -> tarfile.TarFile:
     raise ValueError(f'{FLAG}: {path} is not a tar file ({e}).') from None
 
 
-def _samples(path: str) -> Tuple[List[_Sample], tarfile.TarFile]:
-  """The shard's samples in the order of their first member, and the open shard (its labels are read next)."""
+def _samples(path: str, label_fields: Sequence[str]) -> List[_Sample]:
+  """The shard's samples in the order of their first member, with the bytes of their ``label_fields`` members.
+
+  The shard is closed before the next is opened: ImageNet's WebDataset sets have over 1024 train shards, more than
+  the usual open-file limit, and the images need no open shard (a TarMember reopens it at its offset)."""
   tar = _open_shard(path)
   by_key: Dict[str, _Sample] = {}
   try:
     for member in tar:
       split = _key_and_field(member.name) if member.isfile() else None
       if split:
-        by_key.setdefault(split[0], _Sample(path, split[0], {})).fields.setdefault(split[1], member)
+        by_key.setdefault(split[0], _Sample(path, split[0], {}, {})).fields.setdefault(split[1], member)
+    for sample in by_key.values():
+      for field in label_fields:
+        if field in sample.fields:
+          sample.labels[field] = tar.extractfile(sample.fields[field]).read()
   except (tarfile.ReadError, EOFError) as e:
-    tar.close()
     raise ValueError(f'{FLAG}: {path} is damaged or truncated ({e}): copy it again.') from None
-  return list(by_key.values()), tar
+  finally:
+    tar.close()
+  return list(by_key.values())
 
 
 def _labels(field: str, data: bytes) -> Tuple[List[str], bool]:
@@ -135,41 +144,36 @@ def _choose_label_field(samples: Sequence[_Sample], label_field: Optional[str]) 
 def plan(spec: str, ratios: Sequence[float], seed: int, label_field: Optional[str] = None) -> sources.Plan:
   """The plan (sources.Plan) of the shards ``spec`` names (source_patterns.expand), each sample a TarMember."""
   shards = source_patterns.expand(spec, FLAG, ('.tar', '.tar.gz', '.tgz'))
-  by_shard = []
-  try:
-    for path in shards:
-      by_shard.append(_samples(path))
-    field = _choose_label_field([s for samples, _ in by_shard for s in samples], label_field)
-    rows, members, skips, seen = [], {}, [], {}
-    typed_list = False
-    for samples, tar in by_shard:
-      for sample in samples:
-        images = sorted(f for f in sample.fields if f in _IMAGE_FIELDS)
-        where = source_patterns.display_path(sample.shard, sample.key)
-        if len(images) != 1:
-          skips.append((where, f'several images ({", ".join(images)}): one image per sample' if images else
-                        f'no image member (it has {", ".join(sorted(sample.fields))})'))
-          continue
-        image = sample.fields[images[0]]
-        path = source_patterns.display_path(sample.shard, image.name)
-        if sample.key in seen:
-          skips.append((path, f'key {sample.key} repeated: the first is in {seen[sample.key]}'))
-          continue
-        seen[sample.key] = sample.shard
-        if field not in sample.fields:
-          skips.append((path, f'no .{field} label'))
-          continue
-        try:
-          labels, is_list = _labels(field, tar.extractfile(sample.fields[field]).read())
-        except (ValueError, UnicodeDecodeError) as e:
-          skips.append((path, f'unreadable .{field} label ({e})'))
-          continue
-        typed_list |= is_list
-        members[path] = TarMember(sample.shard, image.offset_data, image.size, image.name)
-        rows.append(labels_csv.Row(path, tuple(labels), shards[sample.shard]))
-  finally:
-    for _, tar in by_shard:
-      tar.close()
+  wanted = (label_field.lstrip('.').lower(),) if label_field else LABEL_FIELDS
+  by_shard = [_samples(path, wanted) for path in shards]
+  field = _choose_label_field([s for samples in by_shard for s in samples], label_field)
+  rows, members, skips, seen = [], {}, [], {}
+  typed_list = False
+  for samples in by_shard:
+    for sample in samples:
+      images = sorted(f for f in sample.fields if f in _IMAGE_FIELDS)
+      where = source_patterns.display_path(sample.shard, sample.key)
+      if len(images) != 1:
+        skips.append((where, f'several images ({", ".join(images)}): one image per sample' if images else
+                      f'no image member (it has {", ".join(sorted(sample.fields))})'))
+        continue
+      image = sample.fields[images[0]]
+      path = source_patterns.display_path(sample.shard, image.name)
+      if sample.key in seen:
+        skips.append((path, f'key {sample.key} repeated: the first is in {seen[sample.key]}'))
+        continue
+      seen[sample.key] = sample.shard
+      if field not in sample.fields:
+        skips.append((path, f'no .{field} label'))
+        continue
+      try:
+        labels, is_list = _labels(field, sample.labels[field])
+      except (ValueError, UnicodeDecodeError) as e:
+        skips.append((path, f'unreadable .{field} label ({e})'))
+        continue
+      typed_list |= is_list
+      members[path] = TarMember(sample.shard, image.offset_data, image.size, image.name)
+      rows.append(labels_csv.Row(path, tuple(labels), shards[sample.shard]))
   return sources.archive_plan(rows, members, skips, 'webdataset', f'{FLAG}={spec}', ratios, seed, typed_list,
                               f'.{field} members')
 

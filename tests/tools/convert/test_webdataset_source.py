@@ -104,3 +104,19 @@ def test_a_converted_set_with_splits_by_name_and_nothing_unpacked(tmp_path):
   assert records[b'train3.jpg']['image/class/label'] == 2 and records[b'train3.jpg']['image/encoded'] == _jpeg(3)
   with open(os.path.join(out, 'summary.json')) as f:
     assert json.load(f)['labels'] == {'0': 1, '1': 2}
+
+
+def test_more_shards_than_open_files_allowed(tmp_path):
+  """Each shard is closed before the next is read: ImageNet's sets have over 1024 train shards, more than the usual
+  limit of 1024 open files (the old plan kept every shard open until the end and failed with EMFILE)."""
+  resource = pytest.importorskip('resource')  # POSIX only
+  image = _jpeg(0)
+  shards = [af.write_tar(str(tmp_path / f'shard-{i:04d}.tar'), af.sample(f's{i}', image, cls=i % 2))
+            for i in range(300)]
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+  try:
+    plan = wds.plan(str(tmp_path / 'shard-*.tar'), (1.0, 0.0, 0.0), 0)
+  finally:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+  assert len(shards) == 300 and len(plan.splits['train']) == 300 and plan.class_names == ['0', '1']
