@@ -84,7 +84,8 @@ class ImageNetInput(accounting.ReportsSkips):
                augment: Optional[resnet_preprocessing.AugmentConfig] = None,
                include_filename: bool = False, seed: Optional[int] = None, num_images: Optional[int] = None,
                fail_on_data_loss: bool = False, fast_decode: bool = False, every_nth: int = 1,
-               crop_fraction: float = resnet_preprocessing.CROP_FRACTION, task: Optional[str] = None):
+               crop_fraction: float = resnet_preprocessing.CROP_FRACTION, task: Optional[str] = None,
+               augment_seed: Optional[int] = None):
     split = split or default_split(is_training)
     if split not in SPLITS:
       raise ValueError('split must be one of %s, got %r' % (SPLITS, split))
@@ -112,6 +113,9 @@ class ImageNetInput(accounting.ReportsSkips):
     self.synthetic_data = synthetic_data
     self.include_filename = include_filename
     self.seed = seed
+    # The seed of the per-record augmentation draws, when it differs from the order's (``seed``): progressive
+    # resizing's stages read one order, each with its own draws (resnet/wiring.py).
+    self.augment_seed = seed if augment_seed is None else augment_seed
     self.num_images = num_images
     self.fast_decode = fast_decode
     if every_nth < 1 or (every_nth > 1 and is_training):
@@ -231,7 +235,7 @@ class ImageNetInput(accounting.ReportsSkips):
       start = start_step * batch_size * per_pipeline  # each step takes a batch of each replica this pipeline feeds
       records = self.training_records(files, context, start, input_seed)
       if self.seed is not None:
-        records = ordering.with_augment_seeds(records, self.seed, context, start)
+        records = ordering.with_augment_seeds(records, self.augment_seed, context, start)
     else:
       records = self.read_records(files, context)
     return decode.build_batches(records, self.decode_config(batch_size), self._stats, self.include_filename,

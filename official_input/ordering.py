@@ -11,6 +11,7 @@ augmentation draws are not reproducible.
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from absl import logging
 import tensorflow as tf
 
 from official_input import parallelism
@@ -244,6 +245,11 @@ def training_records(files: Tuple[Sequence[str], Sequence[int], Sequence[int]],
   if not per_epoch:
     stream = tf.data.Dataset.range(2 ** 62).flat_map(plain(epoch))
     if start:
+      # Linear in the epochs trained: at ImageNet's epoch 60 this passes over ~77M records before the first batch.
+      logging.warning(
+          'Resuming at record %d of this pipeline without per-file record counts: every record before it (all '
+          'epochs so far) is read and passed over. Convert the data with tools/imagenet_to_gcs.py, which writes '
+          'the record counts to summary.json, to find the place by arithmetic instead.', start)
       return stream.skip(start), (f'resumed at record {start} of this pipeline by reading the records before it '
                                   f'(summary.json gives no record count for some of its files; no decoding)')
     return stream, 'from the start'

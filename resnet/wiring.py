@@ -117,10 +117,11 @@ def train_input(params: Params) -> TrainInput:
   if not stages:
     source = input_source(params, 'train')
     return TrainInput([source], source.input_fn)
-  # Each stage's pipeline starts afresh: a seeded run gives each its own seed, so that later stages do not replay
-  # the first stage's order and augmentation draws.
+  # Every stage reads the one order (a later stage goes on at its first step's place in the same permutation, so an
+  # epoch across a stage boundary reads each record once); a seeded run salts only each stage's augmentation draws.
   seed = lambda i: None if params.random_seed is None else params.random_seed + i
-  sources = [imagenet_input.ImageNetInput.from_params(params, split='train', image_size=size, seed=seed(i))
+  sources = [imagenet_input.ImageNetInput.from_params(params, split='train', image_size=size,
+                                                      seed=params.random_seed, augment_seed=seed(i))
              for i, (_, size) in enumerate(stages)]
   logging.info('Progressive resizing (train_size_schedule): %s; eval at %d px.', _described(stages),
                resnet_preprocessing.image_size(params, training=False))

@@ -101,6 +101,7 @@ def records(tmp_path_factory):
 # on both workers instead of one long file running alone. Seconds a file took in `make test` on 2 cores (from its
 # first start to its last end); the rest (each under ~25 s) keep their collection order.
 LONGEST_FIRST = (
+    'tests/resnet/test_resume.py',                       # 330: 4 runs a test, compared tensor by tensor
     'tests/test_kernel_modes.py',                        # 120: a nested pytest of the numeric claims
     'tests/resnet/estimator/test_multi_worker.py',       # 280: 2-3 processes a test
     'tests/resnet/training/test_loss_gradients.py',      # 115
@@ -113,6 +114,8 @@ LONGEST_FIRST = (
     'tests/resnet/test_reference_options.py',            # 45
     'tests/resnet/training/test_fine_tuning.py',         # 45
     'tests/resnet/test_multi_label_run.py',              # 45
+    'tests/tools/test_sweep.py',                         # 55: a sweep of 3 trials
+    'tests/official_input/test_ordering.py',             # 45
     'tests/tools/test_train_benchmark.py',               # 40
     'tests/resnet/test_accelerator_paths.py',            # 40
     'tests/resnet/export/test_quantized_export.py',      # 40
@@ -125,6 +128,8 @@ LONGEST_FIRST = (
     'tests/resnet/weights/test_warm_start.py',           # 30
     'tests/resnet/run_setup/test_finished_run.py',       # 25
     'tests/resnet/test_bad_input.py',                    # 25
+    'tests/resnet/run_dir/test_hparams.py',              # 20
+    'tests/tools/convert/test_archive_sources.py',       # 20
 )
 
 

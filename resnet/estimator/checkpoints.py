@@ -28,6 +28,8 @@ TRAINED = '<trained, unsaved>'
 # Checkpoint entries beside global_step and the objects: the seed of an unseeded run's input order, and the states
 # of the random streams Keras keeps out of a model's checkpoint (seed_states).
 INPUT_SEED = 'input_seed'
+# The input layout a run trains with: (global batch, input pipelines, step it began, records taken before it).
+INPUT_LAYOUT = 'input_layout'
 RANDOM_STREAMS = 'random_streams'
 SEED_STATE_NAME = 'seed_generator_state'
 
@@ -171,9 +173,10 @@ class Checkpoints:
   def __init__(self, model_dir: str, is_chief: bool, keep_checkpoint_max: int, global_step: tf.Variable,
                objects: Callable[[], Dict[str, Any]],
                check: Optional[Callable[[str, Dict[str, Any]], None]] = None,
-               input_seed: Optional[tf.Variable] = None):
+               input_seed: Optional[tf.Variable] = None, input_layout: Optional[tf.Variable] = None):
     self.model_dir = model_dir
     self._input_seed = input_seed
+    self._input_layout = input_layout
     self._check = check  # the application's check that a checkpoint fits its objects, before any restore
     self._is_chief = is_chief
     self._keep = keep_checkpoint_max
@@ -205,9 +208,12 @@ class Checkpoints:
 
   def checkpoint(self, objects: Optional[Dict[str, Any]] = None) -> tf.train.Checkpoint:
     """The step, the objects, and what else a run carries from step to step: the input seed and the random streams
-    (``seed_states``). The input's place is the step's (spec.RunContext.start_step), so it needs no entry."""
+    (``seed_states``). The input's place is the step's (spec.RunContext.start_step) under the input layout saved
+    with it (Estimator.input_place: a resume with another batch or pipeline count is not step x its batch)."""
     objects = self._objects() if objects is None else objects
     extras: Dict[str, Any] = {INPUT_SEED: self._input_seed} if self._input_seed is not None else {}
+    if self._input_layout is not None:
+      extras[INPUT_LAYOUT] = self._input_layout
     states = seed_states(objects)
     if states:
       extras[RANDOM_STREAMS] = tf.train.Checkpoint(**states)

@@ -79,10 +79,14 @@ class Estimator:
       # _prepare_training), then restored from its checkpoints.
       self.input_seed = tf.Variable(0, dtype=tf.int64, trainable=False, name='input_seed',
                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      # The training input's layout (input_place): global batch, input pipelines, the step it began at and the
+      # records the run's input gave before it; zeros: none saved (a new run, or a checkpoint from before it).
+      self.input_layout = tf.Variable([0, 0, 0, 0], dtype=tf.int64, trainable=False, name='input_layout',
+                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
       self.scope = ObjectScope()
     self.checkpoints = checkpoints_lib.Checkpoints(self.model_dir, self.is_chief, config.keep_checkpoint_max,
                                                    self.global_step, lambda: self.scope.saved_objects, restore_check,
-                                                   input_seed=self.input_seed)
+                                                   input_seed=self.input_seed, input_layout=self.input_layout)
     self.workers = distribution.num_workers(self.strategy)
     self.stop = StopControl(self.strategy, self.workers)
     self.replica_fns = loops.ReplicaFunctions(model_fn, self.mode_params, config.jit_compile, self.strategy)
@@ -189,7 +193,7 @@ class Estimator:
 
     # A training input starts where the batches of the steps trained so far end (checkpoints.py: what a resume
     # restores).
-    where = (dict(start_step=int(self.global_step.numpy()), input_seed=int(self.input_seed.numpy()))
+    where = (dict(start_step=self.input_place(global_batch), input_seed=int(self.input_seed.numpy()))
              if mode == ModeKeys.TRAIN else {})
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -238,8 +242,40 @@ class Estimator:
       self.on_chief(lambda: path and checkpoints_lib.repair_state(self.model_dir, path),
                     'repair the checkpoint state file')
       self.input_seed.assign(self._drawn_input_seed())
+      self.input_layout.assign([0, 0, 0, 0])
       self.restore(path)  # a checkpoint's input seed (checkpoints from before it was saved keep the drawn one)
     self._use_input(input_fn.at(int(self.global_step.numpy())) if isinstance(input_fn, StagedInput) else input_fn)
+
+  def input_place(self, global_batch: int) -> int:
+    """The step whose place (step x this global batch) the training input starts at, and records this layout.
+
+    The input finds its place as step x the current batch, exact while the run keeps its layout. When the global
+    batch or the number of input pipelines changed since the checkpoint, the records the run's input gave are
+    (records before the saved layout began) + (steps since) x (its global batch); the input goes on at the step of
+    this batch nearest below that count, with a warning: exact when only the batch changed and the count divides,
+    otherwise some records of this epoch are read twice or not at all (each pipeline reads another share).
+    """
+    step = int(self.global_step.numpy())
+    pipelines = self.workers
+    old_batch, old_pipelines, began, before = (int(v) for v in self.input_layout.numpy())
+    if not old_batch:   # a new run, or a checkpoint from before layouts were saved: this layout from step 0
+      self.input_layout.assign([global_batch, pipelines, 0, 0])
+      return step
+    records = before + (step - began) * old_batch
+    if (old_batch, old_pipelines) == (global_batch, pipelines):
+      return records // global_batch
+    place, extra = divmod(records, global_batch)
+    exact = pipelines == old_pipelines and not extra
+    logging.warning(
+        'The training input\'s layout changed since the checkpoint of step %d: a global batch of %d on %d input '
+        'pipeline(s) then, %d on %d now. The run\'s input gave %d records, so it goes on at the place of step %d '
+        'of the new batch%s.', step, old_batch, old_pipelines, global_batch, pipelines, records, place,
+        ' (the same place: an exact resume)' if exact else
+        ': NOT an exact resume, some records of this epoch are read twice or not at all (%s)' % (
+            'each pipeline now reads another share of the data' if pipelines != old_pipelines else
+            f'{extra} records of the count do not fill a batch'))
+    self.input_layout.assign([global_batch, pipelines, step, place * global_batch])   # where the input starts
+    return place
 
   def _drawn_input_seed(self) -> int:
     """A new run's input seed: the chief's draw on every worker (their pipelines must agree on one order when they

@@ -85,12 +85,16 @@ def test_a_stream_started_at_any_position_is_the_rest_of_the_uninterrupted_strea
     assert start == 0 or 'without reading the records before it' in how
 
 
-def test_without_record_counts_the_place_is_found_by_reading_and_is_the_same(named_files):
+def test_without_record_counts_the_place_is_found_by_reading_and_is_the_same(named_files, caplog):
+  caplog.set_level('WARNING', logger='absl')
   order = ORDERS['window 5']
   whole, _ = _stream(named_files, order, 0, 80)
   resumed, how = _stream(named_files, order, 33, 47, read_width=True)
   assert resumed == whole[33:]
   assert 'by reading the records before it' in how
+  # Linear in the epochs trained: the log says how many records are passed over, and the fix.
+  assert 'Resuming at record 33 of this pipeline without per-file record counts' in caplog.text
+  assert 'tools/imagenet_to_gcs.py' in caplog.text
 
 
 def test_another_seed_gives_another_order(named_files):

@@ -96,3 +96,24 @@ def test_a_resume_that_cannot_reach_the_last_size_is_refused_before_params_yaml_
   resumed = cli.run_in_process(*flags, '--train_steps=8')
   assert resumed.code == 0, resumed.log[-3000:]
   assert '32 px from step 0, 36 px from step 2, 40 px from step 4' in resumed.log   # not 0, 2, 5 (equal thirds of 8)
+
+
+def test_a_seeded_epoch_across_a_size_stage_boundary_reads_each_record_once(tmp_path):
+  """Every stage reads the one order: a later stage goes on at its first step's place (step x batch) of the same
+  permutation, so the epoch it finishes holds each record once (a seed per stage read 30 records: some twice, some
+  never). Only the augmentation draws are salted by stage."""
+  from tests.helpers import cli  # pylint: disable=import-outside-toplevel
+  from tools import make_fake_imagenet  # pylint: disable=import-outside-toplevel
+  data = str(tmp_path / 'data')
+  make_fake_imagenet.write_fake_imagenet(data, num_train=30, num_validation=4, num_test=2, num_shards=4,
+                                         num_classes=2, min_size=32, max_size=48, seed=5)
+  cli.write_summary(data)
+  params = tiny.resnet_params(tmp_path / 'run', data_dir=data, image_size=64, train_size_schedule=[32, 64],
+                              train_steps=10, random_seed=3, train_batch_size=3)
+  (_, _), (boundary, _) = wiring.size_stages(params)
+  first, second = wiring.train_input(params).sources
+  place = boundary * 3   # the records the first stage's steps took
+  before = list(first.training_records(first.list_files(), None, 0).take(place).as_numpy_iterator())
+  after = list(second.training_records(second.list_files(), None, place).take(30 - place).as_numpy_iterator())
+  assert len(set(before + after)) == 30
+  assert first.augment_seed != second.augment_seed

@@ -120,3 +120,32 @@ def test_runner_messages_name_no_application_flag():
     if flags:
       named[os.path.basename(path)] = flags
   assert not named, f'resnet/estimator names application flags (say the RunConfig/params field instead): {named}'
+
+
+def test_a_resume_with_another_batch_goes_on_at_the_records_taken_and_warns(tmp_path, caplog):
+  """The input's place was step x the CURRENT batch: batch 8 -> 16 at step 6 jumped to record 96 (48 never
+  trained). The layout saved with the checkpoint gives the records taken (48): the place of step 3 of batch 16,
+  with a warning naming both layouts; batch 16 -> 12 at step 8 (48 + 2 x 16 = 80 records) is not exact."""
+  from official_input import contract  # pylint: disable=import-outside-toplevel
+  starts = []
+
+  def recording_input(params):
+    starts.append(contract.start_step(params))
+    return train_input(params)
+
+  _train_to(tmp_path, 6)
+  caplog.set_level('WARNING', logger='absl')
+  _train_to(tmp_path, 8, train_batch_size=16).train(recording_input, max_steps=10)
+  assert starts == [5]   # the same process keeps its input: records 48 + 2 x 16 = 80, step 5 of batch 16
+  assert 'a global batch of 8 on 1 input pipeline(s) then, 16 on 1 now. The run\'s input gave 48 records, so it ' \
+         'goes on at the place of step 3 of the new batch (the same place: an exact resume)' in caplog.text
+  starts.clear()
+  runner = make_runner(tmp_path, iterations_per_loop=2, save_checkpoints_steps=2, keep_checkpoint_max=5,
+                       train_batch_size=12)
+  runner.train(recording_input, max_steps=12)
+  assert starts == [9]   # 48 + 4 x 16 = 112 records at step 10: 9 batches of 12, 4 left over
+  assert 'NOT an exact resume' in caplog.text and '4 records of the count do not fill a batch' in caplog.text
+  starts.clear()
+  make_runner(tmp_path, iterations_per_loop=2, save_checkpoints_steps=2, keep_checkpoint_max=5,
+              train_batch_size=12).train(recording_input, max_steps=14)
+  assert starts == [11]  # the same layout again: its place goes on from where the last one began (9 + 2)
