@@ -29,6 +29,7 @@ os.dup2(2, 1)  # anything the imports print goes to the server's log, never into
 import json
 import runpy
 import select
+import signal
 import tempfile
 import types
 
@@ -82,6 +83,11 @@ def _become(request) -> None:
   os.environ.update(request['env'])
   tempfile.tempdir = None  # the server's (cached below) must not stand in for this TMPDIR
   np.random.seed()  # fresh entropy, as a new process has (Python's random reseeds itself after a fork)
+  # Signals as a program started from a shell has them: Ctrl-C raises KeyboardInterrupt, SIGTERM kills. The server
+  # inherits its dispositions from whichever test process started it, and Python leaves SIGINT ignored at start-up
+  # when its parent ignored it (the full suite's SIGINT case then waited forever; alone it passed).
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
   sys.argv = [request['module']] + list(request['argv'])
 
 
