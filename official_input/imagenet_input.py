@@ -309,8 +309,14 @@ class ImageNetInput(accounting.ReportsSkips):
         width=execution.read_width(ordering.read_width(len(files), fixed_order=True)),
         shard=(count, index) if shard_records else (1, 0),
         cache_blocks=ordering.cache_blocks(self._stats.expected_records) if self.use_cache else None)
+    counts = None
+    if start and min(expected, default=0) < 0:   # a resume without summary.json's counts: the headers give them
+      counts, damaged = shards.record_counts(files, expected)
+      for problem in damaged:
+        self._data_loss(f'{self.split} input, counting records to resume: {problem}.')
     records, how = ordering.training_records(
-        (files, sizes, expected), _read, lambda ds, fn, width: execution.read(ds, fn, width, True), order, start)
+        (files, sizes, expected), _read, lambda ds, fn, width: execution.read(ds, fn, width, True), order, start,
+        counts)
     logging.info('Training input pipeline %d of %d: %s.', index, count, how)
     return records
 

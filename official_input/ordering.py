@@ -11,7 +11,6 @@ augmentation draws are not reproducible.
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from absl import logging
 import tensorflow as tf
 
 from official_input import parallelism
@@ -197,14 +196,16 @@ def records_per_epoch(counts: Sequence[int], shard: Tuple[int, int]) -> Optional
 
 def training_records(files: Tuple[Sequence[str], Sequence[int], Sequence[int]],
                      read_file: Callable[..., tf.data.Dataset], read: Callable[..., tf.data.Dataset],
-                     order: TrainingOrder, start: int) -> Tuple[tf.data.Dataset, str]:
+                     order: TrainingOrder, start: int,
+                     counts: Optional[Sequence[int]] = None) -> Tuple[tf.data.Dataset, str]:
   """The pipeline's endless training records from position ``start`` (records it already gave), and a line
   saying how it found its place.
 
   ``files``: (paths, sizes, summary.json record counts, -1 unknown); ``read_file(path, size, expected, skip)``: one
   file's records after its first ``skip``; ``read(file_ds, read_file, width)``: the execution's deterministic
-  interleave. With every count known, the place is computed (no record before it is decoded; none is read but the
-  shuffle window's); without, the stream is read from the run's start to it (logged), records only, no decoding.
+  interleave. The place is computed from the files' record counts (no record before it is decoded; none is read
+  but the shuffle window's): summary.json's, or ``counts`` where it has none (shards.record_counts, from the
+  records' headers; they find the place only: the files' ends are still checked against summary.json's alone).
   """
   paths, sizes, expected = (list(x) for x in files)
   num_files = len(paths)
@@ -241,18 +242,14 @@ def training_records(files: Tuple[Sequence[str], Sequence[int], Sequence[int]],
     seed_of_epoch = epoch_seed(order.seed, e)
     return arranged(raw(seed_of_epoch), seed_of_epoch)
 
-  per_epoch = records_per_epoch(expected, order.shard)
+  scanned = counts is not None and min(expected, default=0) < 0
+  known = list(counts) if scanned else expected
+  per_epoch = records_per_epoch(known, order.shard)
+  if not per_epoch and start:
+    raise ValueError(f'Resuming at record {start} needs every file\'s record count (summary.json\'s, or '
+                     f'shards.record_counts\'): {sum(c < 0 for c in known)} of {len(known)} are unknown.')
   if not per_epoch:
-    stream = tf.data.Dataset.range(2 ** 62).flat_map(plain(epoch))
-    if start:
-      # Linear in the epochs trained: at ImageNet's epoch 60 this passes over ~77M records before the first batch.
-      logging.warning(
-          'Resuming at record %d of this pipeline without per-file record counts: every record before it (all '
-          'epochs so far) is read and passed over. Convert the data with tools/imagenet_to_gcs.py, which writes '
-          'the record counts to summary.json, to find the place by arithmetic instead.', start)
-      return stream.skip(start), (f'resumed at record {start} of this pipeline by reading the records before it '
-                                  f'(summary.json gives no record count for some of its files; no decoding)')
-    return stream, 'from the start'
+    return tf.data.Dataset.range(2 ** 62).flat_map(plain(epoch)), 'from the start'
   first, within = divmod(start, per_epoch)
   window = max(1, order.window)
   window_start = within - within % window
@@ -263,8 +260,7 @@ def training_records(files: Tuple[Sequence[str], Sequence[int], Sequence[int]],
   else:
     with tf.init_scope():  # the epoch's file order, here in Python (the later epochs' is computed in the graph)
       permutation = file_order(num_files, seed_of_first).numpy()
-    counts = [expected[i] for i in permutation]
-    reads = resumed_reads(counts, order.width, raw_start)
+    reads = resumed_reads([known[i] for i in permutation], order.width, raw_start)
     chosen = [permutation[source] for source, _ in reads]
     skips = [skip for _, skip in reads]
     # A file entered past its start is read without its end check (the bytes skipped are not counted).
@@ -276,6 +272,7 @@ def training_records(files: Tuple[Sequence[str], Sequence[int], Sequence[int]],
   stream = records.concatenate(tf.data.Dataset.range(first + 1, 2 ** 62).flat_map(plain(epoch)))
   if not start:
     return stream, 'from the start'
+  source = "its files' record headers (12 bytes a record, read once a process)" if scanned else 'summary.json'
   return stream, (f'resumed at record {start} of this pipeline: epoch {first}, record {within} of {per_epoch}, '
-                  f'found from the record counts of summary.json without reading the records before it (but '
+                  f'found from the record counts of {source} without reading the records before it (but '
                   f'{within - window_start} of its shuffle window{" and the cache fill" if cached is not None else ""})')

@@ -7,11 +7,17 @@ a model's checkpoint (stochastic depth, dropout, DropBlock). Rows:
 
   checkpoint   per model (the demo's ResNet-18 at 64 px, ResNet-50 at 224 px): bytes and save time of the
                checkpoint as it was (step + objects) and as it is now (+ input seed, + random streams), the median
-               of --repeats saves each. The step counter and the seed are 8 bytes each.
+               of --repeats saves each. The step counter and the seed are 8 bytes each. Restore: the time to
+               read each saved checkpoint back into the built variables as a resumed run does (a new Checkpoint
+               of step + objects before; Estimator.restore now, which adds the input seed, the input layout and
+               the random streams), the median over the --repeats files; they were just written, so they come
+               from the page cache (a resume after a machine loss reads them from its disk or bucket too).
   resume       on fake ImageNet-sized records (tools/make_fake_imagenet.py, --records in --shards): seconds from
                building the training input to its first batch and bytes read (/proc/self/io rchar) at a fresh
                start, resumed in the middle of the second epoch (the place computed from summary.json's counts),
-               and the same place found by reading the records before it (data without counts; no decoding).
+               and the same place on data without summary.json: the record counts read from the records' 12-byte
+               headers (shards.record_counts), then the same arithmetic; the header scan's own bytes and time on a
+               line of their own (before: the records before the place were read, ~1.5 epochs of data).
                Before this change a resume started at record 0 (the fresh-start row) and repeated the epoch.
   skip         a TFRecord file's records passed over by the reader's skip (a resumed run's partly read files):
                bytes read and time with the pipeline's 8 MB read buffer, and unbuffered (how a partly read file is
@@ -71,7 +77,9 @@ def _size(prefix: str) -> int:
   return sum(os.path.getsize(p) for p in tf.io.gfile.glob(prefix + '*'))
 
 
-def checkpoint_rows(repeats: int) -> List[str]:
+def checkpoint_rows(repeats: int, models=None) -> List[str]:
+  """``models``: (name, params overrides) pairs, default the demo's ResNet-18 and ResNet-50 at 224 px (a test gives a
+  tiny one)."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from resnet.estimator import checkpoints  # pylint: disable=import-outside-toplevel
   from resnet.estimator.estimator import Estimator  # pylint: disable=import-outside-toplevel
@@ -80,10 +88,11 @@ def checkpoint_rows(repeats: int) -> List[str]:
   from resnet.run_setup import run_params  # pylint: disable=import-outside-toplevel
   from resnet.training import resnet_model_fn  # pylint: disable=import-outside-toplevel
   lines = []
-  models = (('demo ResNet-18, 64 px', dict(resnet_depth=18, image_size=64, num_label_classes=4)),
-            ('ResNet-50, 224 px', dict(resnet_depth=50, image_size=224, num_label_classes=1000)),
-            ('ResNet-50, 224 px, stochastic depth', dict(resnet_depth=50, image_size=224, num_label_classes=1000,
-                                                       drop_connect_rate=0.1)))
+  models = models or (
+      ('demo ResNet-18, 64 px', dict(resnet_depth=18, image_size=64, num_label_classes=4)),
+      ('ResNet-50, 224 px', dict(resnet_depth=50, image_size=224, num_label_classes=1000)),
+      ('ResNet-50, 224 px, stochastic depth', dict(resnet_depth=50, image_size=224, num_label_classes=1000,
+                                                 drop_connect_rate=0.1)))
   for name, overrides in models:
     root = tempfile.mkdtemp(prefix='resume-bench-')
     try:
@@ -91,7 +100,7 @@ def checkpoint_rows(repeats: int) -> List[str]:
       runner = Estimator(resnet_model_fn.resnet_model_fn, RunConfig.from_params(params), params)
       runner.build(ModeKeys.TRAIN)
       old = tf.train.Checkpoint(global_step=runner.global_step, **runner.scope.saved_objects)
-      before, after = [], []
+      before, after, saved = [], [], []
       for i in range(repeats):
         runner.global_step.assign(i + 1)
         start = time.perf_counter()
@@ -100,13 +109,27 @@ def checkpoint_rows(repeats: int) -> List[str]:
         start = time.perf_counter()
         path = runner.save()
         after.append((time.perf_counter() - start, _size(path)))
+        saved.append((prefix, path))
+      restored_before, restored_after = [], []
+      for prefix, path in saved:   # as a resumed run restores: a new Checkpoint object over the built variables
+        runner.global_step.assign(0)
+        start = time.perf_counter()
+        tf.train.Checkpoint(global_step=runner.global_step, **runner.scope.saved_objects).restore(prefix)
+        restored_before.append(time.perf_counter() - start)
+        runner.global_step.assign(0)
+        start = time.perf_counter()
+        runner.restore(path)   # what a resumed run calls: + input seed, input layout, random streams
+        restored_after.append(time.perf_counter() - start)
+        assert int(runner.global_step.numpy()) == checkpoints.checkpoint_step(path), path
       extras = sorted({k.split('/', 1)[0] for k, _ in tf.train.list_variables(path)} - set(runner.scope.saved_objects)
                       - {'global_step', 'save_counter', '_CHECKPOINTABLE_OBJECT_GRAPH'})
       states = checkpoints.seed_states(runner.scope.saved_objects)
       b_s, b_n = statistics.median(t for t, _ in before), before[-1][1]
       a_s, a_n = statistics.median(t for t, _ in after), after[-1][1]
-      lines.append(f'{name:38s} before: {b_n / 1e6:8.2f} MB, save {b_s:6.2f} s   now: {a_n / 1e6:8.2f} MB '
-                   f'(+{a_n - b_n} bytes: {", ".join(extras)}; {len(states)} random streams), save {a_s:6.2f} s')
+      b_r, a_r = statistics.median(restored_before), statistics.median(restored_after)
+      lines.append(f'{name:38s} before: {b_n / 1e6:8.2f} MB, save {b_s:6.2f} s, restore {b_r:6.2f} s   now: '
+                   f'{a_n / 1e6:8.2f} MB (+{a_n - b_n} bytes: {", ".join(extras)}; {len(states)} random streams), '
+                   f'save {a_s:6.2f} s, restore {a_r:6.2f} s')
     finally:
       shutil.rmtree(root, ignore_errors=True)
   return lines
@@ -124,6 +147,7 @@ def _first_batch(inp, start_step: int, input_seed: int) -> Tuple[float, int]:
 def resume_rows(records: int, shards: int, repeats: int) -> List[str]:
   from official_input import dataset_layout  # pylint: disable=import-outside-toplevel
   from official_input import imagenet_input  # pylint: disable=import-outside-toplevel
+  from official_input import shards as shard_files  # pylint: disable=import-outside-toplevel
   from tools import make_fake_imagenet  # pylint: disable=import-outside-toplevel
   root = tempfile.mkdtemp(prefix='resume-bench-data-')
   try:
@@ -140,15 +164,26 @@ def resume_rows(records: int, shards: int, repeats: int) -> List[str]:
              f'shards, batch {FLAGS.batch_size}, shuffle window {WINDOW}:']
     cases = (('fresh start (step 0; before: every resume)', root, 0),
              (f'resumed at step {mid_second} (epoch 2, half done)', root, mid_second),
-             (f'same place, found by reading (no counts)', uncounted, mid_second))
+             (f'same place, no counts: from the record headers', uncounted, mid_second))
     for name, data_dir, step in cases:
       times = []
       for _ in range(repeats):
+        shard_files._scanned.clear()   # pylint: disable=protected-access  (each repeat as a new process: none scanned)
         inp = imagenet_input.ImageNetInput(is_training=True, data_dir=data_dir, image_size=224,
                                            num_label_classes=10, shuffle_buffer_size=WINDOW)
         times.append(_first_batch(inp, step, 5))
       seconds, read = statistics.median(t for t, _ in times), statistics.median(r for _, r in times)
       lines.append(f'  {name:48s} first batch after {seconds:6.2f} s, read {read / 1e6:7.1f} MB')
+    files = sorted(os.path.join(uncounted, n) for n in os.listdir(uncounted) if n.startswith('train-'))
+    scans = []
+    for _ in range(repeats):
+      shard_files._scanned.clear()   # pylint: disable=protected-access
+      read, start = read_bytes(), time.perf_counter()
+      counts, _ = shard_files.record_counts(files, [-1] * len(files))
+      scans.append((time.perf_counter() - start, read_bytes() - read))
+    lines.append(f'    of which the header scan of {sum(counts)} records in {len(files)} files: '
+                 f'{statistics.median(t for t, _ in scans) * 1e3:.1f} ms, '
+                 f'{statistics.median(r for _, r in scans) / 1e3:.1f} KB read')
     return lines
   finally:
     shutil.rmtree(root, ignore_errors=True)

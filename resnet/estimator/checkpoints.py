@@ -10,6 +10,7 @@ checkpoint is named, with the one used instead; with no complete checkpoint left
 error naming the files and the fix. A training run's chief repairs the state file to name what it resumes from.
 """
 import atexit
+import json
 import os
 import re
 import shutil
@@ -32,6 +33,25 @@ INPUT_SEED = 'input_seed'
 INPUT_LAYOUT = 'input_layout'
 RANDOM_STREAMS = 'random_streams'
 SEED_STATE_NAME = 'seed_generator_state'
+# The loop hooks' states (hooks.LoopHook.state: the divergence guard's windows), one JSON string (RunState).
+LOOP_HOOKS = 'loop_hooks'
+
+
+class RunState(tf.train.experimental.PythonState):
+  """JSON values a run carries from loop to loop outside its variables (the loop hooks' states), saved inside each
+  checkpoint rather than in a file beside it: a resume takes back exactly those of the checkpoint it restores (after
+  a SIGKILL, an older one's, never a newer one's), and they travel with the checkpoint (best/, copies)."""
+
+  def __init__(self):
+    self.current: Callable[[], Dict[str, Any]] = dict  # what a save writes (the Estimator's train() sets it)
+    self.restored: Dict[str, Any] = {}                # what the checkpoint last restored held ({}: none)
+    self.restored_from: Optional[str] = None          # that checkpoint
+
+  def serialize(self) -> str:
+    return json.dumps(self.current(), sort_keys=True)
+
+  def deserialize(self, string_value) -> None:
+    self.restored = json.loads(string_value)
 
 
 def checkpoint_step(path: str) -> int:
@@ -186,6 +206,7 @@ class Checkpoints:
     self._manager_keys: Tuple[str, ...] = ()
     self.holds: Optional[str] = None  # None: nothing loaded yet; else a checkpoint path, INITIAL or TRAINED
     self._saved_here: Optional[str] = None  # the model_dir path of this process's last save
+    self.run_state = RunState()
 
   def wait_for(self, path: str, timeout: float) -> None:
     """Returns once checkpoint ``path`` is complete and readable; a clear error after ``timeout``. The .index is
@@ -207,13 +228,14 @@ class Checkpoints:
     return self.holds == TRAINED or (self.holds is not None and self.holds == self._saved_here)
 
   def checkpoint(self, objects: Optional[Dict[str, Any]] = None) -> tf.train.Checkpoint:
-    """The step, the objects, and what else a run carries from step to step: the input seed and the random streams
-    (``seed_states``). The input's place is the step's (spec.RunContext.start_step) under the input layout saved
+    """The step, the objects, and what else a run carries from step to step: the input seed, the random streams
+    (``seed_states``) and the loop hooks' states (``run_state``). The input's place is the step's (spec.RunContext.start_step) under the input layout saved
     with it (Estimator.input_place: a resume with another batch or pipeline count is not step x its batch)."""
     objects = self._objects() if objects is None else objects
     extras: Dict[str, Any] = {INPUT_SEED: self._input_seed} if self._input_seed is not None else {}
     if self._input_layout is not None:
       extras[INPUT_LAYOUT] = self._input_layout
+    extras[LOOP_HOOKS] = self.run_state
     states = seed_states(objects)
     if states:
       extras[RANDOM_STREAMS] = tf.train.Checkpoint(**states)
@@ -246,6 +268,7 @@ class Checkpoints:
     objects = self._objects()
     if self._check is not None:   # it may name stand-ins that read the checkpoint's layout into the same variables
       objects = self._check(path, objects) or objects
+    self.run_state.restored, self.run_state.restored_from = {}, path   # {} unless the checkpoint holds some
     self.checkpoint(objects).restore(path).expect_partial()
     # Objects the checkpoint lacks keep whatever they held; those that care are told (moving averages start from
     # the restored weights, not from random ones).

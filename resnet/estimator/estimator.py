@@ -325,6 +325,12 @@ class Estimator:
                          next((h for h in hooks if isinstance(h, hooks_lib.ExamplesPerSecond)), None))
     logs: Dict[str, float] = {}
     self.stop.clear()
+    # Each save writes these hooks' states; while the variables hold the checkpoint last restored (nothing trained
+    # since), the hooks take back the states it saved (a resume decides as the uninterrupted run would).
+    state = self.checkpoints.run_state
+    state.current = lambda: hooks_lib.loop_hook_states(hooks)
+    if state.restored_from is not None and self.checkpoints.holds == state.restored_from:
+      hooks_lib.restore_loop_hook_states(hooks, state.restored)
     for hook in hooks:
       hook.begin(self, step)
     try:
@@ -471,7 +477,7 @@ class Estimator:
                          eval_hooks: Sequence[hooks_lib.EvalHook] = (),
                          best: Optional[best_checkpoint.BestCheckpoint] = None,
                          early_stopping_evals: int = 0) -> Dict[str, Any]:
-    """Alternates ``steps_per_eval`` training steps and a full evaluation until ``max_steps``, or until
+    """Alternates training and a full evaluation at each multiple of ``steps_per_eval`` until ``max_steps``, or until
     ``early_stopping_evals`` evaluations in a row have not improved on ``best``."""
     self._global_batch(ModeKeys.EVAL)  # a bad eval batch fails now, not after the first training chunk
     if early_stopping_evals and best is None:
@@ -481,7 +487,10 @@ class Estimator:
     results: Dict[str, Any] = {}
     if best is not None and self.is_chief and best.ahead_of(step):
       logging.warning('%s', best.ahead_of(step))
-    if best is not None and best.needs_evaluation(step):  # a preempted run saved this step but did not evaluate it
+    # Evaluations fall at multiples of steps_per_eval (and max_steps), wherever a run was stopped, so that a resumed
+    # run evaluates, keeps best/ and stops early at the steps the uninterrupted run does: a checkpoint a preempted run
+    # saved at such a step but did not evaluate is evaluated now; one saved mid-chunk (SIGINT) is not.
+    if best is not None and best.needs_evaluation(step) and (step % steps_per_eval == 0 or step >= max_steps):
       results = self.evaluate(eval_input_fn, weights=eval_weights, hooks=eval_hooks)
       best.update(results)
     while step < max_steps:
@@ -490,7 +499,7 @@ class Estimator:
                      'is %s (%s=%.4f at step %d).', step, best.evals_without_improvement, best.metric,
                      best.checkpoint_path, best.metric, best.value, best.best['global_step'])
         break
-      step = min(step + steps_per_eval, max_steps)
+      step = min(self._next_multiple(step, steps_per_eval), max_steps)
       self.train(train_input_fn, max_steps=step, hooks=hooks, total_steps=max_steps)
       results = self.evaluate(eval_input_fn, weights=eval_weights, hooks=eval_hooks)
       if best is not None:

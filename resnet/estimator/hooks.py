@@ -6,7 +6,7 @@ never touches the model or the step function, so turning one off costs nothing i
 """
 import dataclasses
 import math
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -40,6 +40,45 @@ class LoopHook:
 
   def end(self, step: int) -> None:
     """Called once when Estimator.train() returns or raises (always, in a finally block)."""
+
+  def state(self) -> Optional[Dict[str, Any]]:
+    """What this hook carries from loop to loop that a resumed run needs to decide as the uninterrupted run would
+    (JSON values), or None: saved inside each checkpoint (checkpoints.RunState), taken back by ``restore``."""
+    return None
+
+  def restore(self, state: Dict[str, Any]) -> None:
+    """Takes back ``state()`` as it was when the checkpoint the variables were restored from was saved; called
+    before ``begin`` by the first train() after that restore (not called when the checkpoint holds none for it)."""
+
+
+def loop_hook_states(hooks: Sequence[LoopHook]) -> Dict[str, Any]:
+  """{name: state} of the hooks that carry state: a hook is named by its class (numbered when several of one class
+  carry state, in the order given), so a resumed run's hooks find theirs whatever other hooks it runs."""
+  states: Dict[str, Any] = {}
+  for name, hook in _named(hooks):
+    state = hook.state()
+    if state is not None:
+      states[name] = state
+  return states
+
+
+def restore_loop_hook_states(hooks: Sequence[LoopHook], states: Mapping[str, Any]) -> None:
+  """Gives each hook its state from ``states`` (loop_hook_states of the checkpoint restored); others keep theirs."""
+  for name, hook in _named(hooks):
+    if name in states:
+      hook.restore(states[name])
+
+
+def _named(hooks: Sequence[LoopHook]) -> List[Tuple[str, LoopHook]]:
+  seen: Dict[str, int] = {}
+  named = []
+  for hook in hooks:
+    if type(hook).state is LoopHook.state:   # carries nothing
+      continue
+    name = type(hook).__name__
+    seen[name] = seen.get(name, 0) + 1
+    named.append((name if seen[name] == 1 else f'{name}#{seen[name]}', hook))
+  return named
 
 
 class ExamplesPerSecond(LoopHook):
@@ -142,8 +181,14 @@ class DivergenceGuard(LoopHook):
   at the chance level (a copied head, a changed loss) starts where its outputs put it and falls from there. So the
   loss of a fresh run's first loop (from step 0, warm-up included, before anything could explode), up to
   ``ceiling`` (the loss of outputs that say nothing, logits 0), becomes the baseline, logged, until the smoothed loss
-  first falls below chance; a resumed run keeps chance. "Back above chance after reaching half of it" always reads
-  chance.
+  first falls below chance; a resumed run keeps the baseline its checkpoint saved (chance where it saved none).
+  "Back above chance after reaching half of it" always reads chance.
+
+  A resume takes the guard's windows, counts and baseline back from the checkpoint it restores (``state``, saved
+  inside each checkpoint: a resume after SIGKILL gets its older checkpoint's), so a stopped-and-resumed run decides
+  at the steps and on the values the uninterrupted run does. One difference remains: a stop in mid-loop (SIGINT,
+  SIGTERM) splits that loop in two, so a window may end at the split and cover a few steps more or less than the
+  uninterrupted run's. A checkpoint without the guard's state (an older one) starts a new window, as before.
 
   Several workers decide as one: only at loop ends every worker reaches (``Estimator.common_boundary``: a chief's
   profiler may ask for shorter loops than the others run), on the chief's verdict (``Estimator.from_chief``), so they
@@ -180,6 +225,33 @@ class DivergenceGuard(LoopHook):
 
   def begin(self, estimator, step: int) -> None:
     self._estimator = estimator
+
+  def _watching(self) -> Dict[str, Any]:
+    return dict(key=self.key, spread_key=self.spread_key, chance=self.chance, ceiling=self.ceiling,
+                window=self.window, after_step=self.after_step)
+
+  def state(self) -> Dict[str, Any]:
+    """The windows and counts a decision reads (floats exact through JSON), and what they watch."""
+    return dict(watching=self._watching(), loops=[list(loop) for loop in self._loops],
+                history=[list(h) for h in self.history], best=list(self.best) if self.best else None,
+                exploded=self.exploded, collapsed=self.collapsed, healthy_step=self.healthy_step,
+                baseline=self.baseline)
+
+  def restore(self, state: Dict[str, Any]) -> None:
+    """A resumed run's guard goes on with the windows of the checkpoint it resumes from, so it decides at the steps
+    and on the values the uninterrupted run's guard does. A checkpoint's guard that watched another key, chance,
+    window or warm-up is not taken back: a new window, as for a checkpoint that holds none."""
+    if state.get('watching') != self._watching():
+      logging.info('Divergence guard: the checkpoint\'s guard watched %s, this one watches %s: a new window.',
+                   state.get('watching'), self._watching())
+      return
+    self._loops = [tuple(loop) for loop in state['loops']]
+    self.history = [tuple(h) for h in state['history']]
+    self.best = tuple(state['best']) if state['best'] else None
+    self.exploded, self.collapsed = int(state['exploded']), bool(state['collapsed'])
+    self.healthy_step, self.baseline = state['healthy_step'], float(state['baseline'])
+    logging.info('Divergence guard: resumed with the window of the checkpoint (%d loops, %d steps; %d bad checks '
+                 'in a row).', len(self._loops), sum(n for _, n, _, _ in self._loops), self.exploded)
 
   def before_loop(self, step: int, num_steps: int) -> None:
     self._loop_start = step
@@ -222,8 +294,8 @@ class DivergenceGuard(LoopHook):
     smoothed, smoothed_spread, self._steps = self._smoothed()
     if smoothed < self.chance:   # the run got past where it started: chance from now on
       self.baseline = self.chance
-    # The loops this process saw (a resumed run saw none before its resume) cover a window: the same on every
-    # worker, which all see the same steps between common boundaries.
+    # The loops seen (by this process, or restored with its checkpoint) cover a window: the same on every worker,
+    # which all see the same steps between common boundaries (and restore the chief's checkpoint).
     full = sum(n for _, n, _, _ in self._loops) >= self.window
     baseline = self.baseline
     exploded = smoothed > self.EXTREME * baseline or full and (smoothed > self.FACTOR * baseline or (

@@ -11,6 +11,7 @@ from official_input import example_schema
 from official_input import imagenet_input as ii
 from official_input import ordering
 from official_input import resnet_preprocessing
+from official_input import shards
 from resnet.estimator import spec
 from tests.helpers import cli
 from tools import make_fake_imagenet
@@ -48,7 +49,7 @@ def test_the_interleave_arithmetic_restarts_tf_datas_parallel_interleave_at_ever
     assert _interleave([named_files[f] for f, _ in reads], [s for _, s in reads], width) == whole[k:], k
 
 
-def _stream(named_files, order, start, n, read_width=None):
+def _stream(named_files, order, start, n, read_width=None, counts=None):
   def read_file(path, size, expected, skip):
     return tf.data.TFRecordDataset(path).skip(skip)
 
@@ -56,7 +57,7 @@ def _stream(named_files, order, start, n, read_width=None):
     return ds.interleave(fn, cycle_length=width, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
                          deterministic=True)
   files = (named_files, [1] * len(named_files), COUNTS if read_width is None else [-1] * len(COUNTS))
-  stream, how = ordering.training_records(files, read_file, read, order, start)
+  stream, how = ordering.training_records(files, read_file, read, order, start, counts)
   return [r.decode() for r in stream.take(n).as_numpy_iterator()], how
 
 
@@ -85,16 +86,16 @@ def test_a_stream_started_at_any_position_is_the_rest_of_the_uninterrupted_strea
     assert start == 0 or 'without reading the records before it' in how
 
 
-def test_without_record_counts_the_place_is_found_by_reading_and_is_the_same(named_files, caplog):
-  caplog.set_level('WARNING', logger='absl')
+def test_without_record_counts_the_place_is_found_from_the_record_headers_and_is_the_same(named_files):
   order = ORDERS['window 5']
   whole, _ = _stream(named_files, order, 0, 80)
-  resumed, how = _stream(named_files, order, 33, 47, read_width=True)
+  counts, damaged = shards.record_counts(named_files, [-1] * len(COUNTS))
+  assert counts == COUNTS and not damaged
+  resumed, how = _stream(named_files, order, 33, 47, read_width=True, counts=counts)
   assert resumed == whole[33:]
-  assert 'by reading the records before it' in how
-  # Linear in the epochs trained: the log says how many records are passed over, and the fix.
-  assert 'Resuming at record 33 of this pipeline without per-file record counts' in caplog.text
-  assert 'tools/imagenet_to_gcs.py' in caplog.text
+  assert "from the record counts of its files' record headers" in how
+  with pytest.raises(ValueError, match='needs every file'):   # no counts at all: never a silent restart
+    _stream(named_files, order, 33, 47, read_width=True)
 
 
 def test_another_seed_gives_another_order(named_files):

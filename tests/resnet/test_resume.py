@@ -40,7 +40,7 @@ def _killed_after(model_dir: str, step: int) -> None:
 
 def _data(tmp_path, counted: bool = True) -> str:
   """32 training records in 4 shards; ``counted``: with summary.json (the place is computed from its counts), else
-  without (the place is found by reading the records before it)."""
+  without (the place is found from the records' headers, shards.count_records)."""
   path = cli.make_tiny_dataset(str(tmp_path / 'data'), num_shards=4)
   return cli.write_summary(path) if counted else path
 
@@ -53,7 +53,8 @@ def stopped_and_resumed_equals_uninterrupted(tmp_path, flags, cpus: str = '', co
   assert 'Training interrupted (SIGINT) at step 5' in log
   log = _train(data_dir, parts, str(tmp_path / 'p2.log'), flags, stop_at='9', cpus=cpus)
   assert cli.restored_steps(log) == [5] and 'Training interrupted (SIGINT) at step 9' in log
-  assert ('without reading the records before it' if counted else 'by reading the records before it') in log
+  assert ('from the record counts of summary.json' if counted else "from the record counts of its files' record "
+          'headers') in log
   _killed_after(parts, 8)
   log = _train(data_dir, parts, str(tmp_path / 'p3.log'), flags, cpus=cpus)
   assert cli.restored_steps(log) == [8]
