@@ -362,6 +362,11 @@ class Estimator:
             self.save()
           if stop:
             raise TrainingInterrupted(step, self.stop.reason or 'another worker was stopped')
+        # A signal that came while the last loop's checkpoint was being saved found the check above already made:
+        # honour it here (that checkpoint is at this step), or train_and_eval's next chunk would clear it and train
+        # on. Every worker ends its loops at max_steps, a common boundary, so their votes stay in step.
+        if self.stop.agreed(True):
+          raise TrainingInterrupted(step, self.stop.reason or 'another worker was stopped')
     finally:
       for hook in hooks:
         hook.end(step)

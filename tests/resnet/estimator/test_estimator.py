@@ -263,6 +263,24 @@ def test_request_stop_ends_training_mid_loop_with_a_checkpoint_at_that_step(tmp_
   assert int(runner.global_step.numpy()) == 50
 
 
+def test_a_stop_requested_while_the_last_checkpoint_is_saved_still_ends_training(tmp_path, monkeypatch):
+  """A SIGTERM that lands during the save of a train() call's last loop (train_and_eval's chunk end) came after
+  the loop's stop check: train() must still raise, or the next chunk clears the request and trains on."""
+  runner = make_runner(tmp_path, iterations_per_loop=5, save_checkpoints_steps=5)
+  save = runner.save
+
+  def save_then_signal(*args, **kwargs):
+    result = save(*args, **kwargs)
+    if int(runner.global_step.numpy()) == 10:
+      runner.request_stop('SIGTERM')
+    return result
+
+  monkeypatch.setattr(runner, 'save', save_then_signal)
+  with pytest.raises(E.TrainingInterrupted, match='step 10'):
+    runner.train(train_input, max_steps=10)
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith('model.ckpt-10')
+
+
 @pytest.mark.slow
 def test_constructing_an_estimator_leaves_op_determinism_to_the_program(tmp_path):
   """Deterministic ops are process-wide and cannot be undone, so constructing an Estimator must not turn them on;
