@@ -38,11 +38,34 @@ def define_flags() -> None:
   flags.DEFINE_list('seeds', [], 'Seeded runs instead, one per seed (random_seed=N).')
 
 
+def check_args(args: Sequence[str], instead: str = '--seeds=1,2,3 (or --runs=N unseeded)') -> None:
+  """The runs' seeding is this tool's (and tools.time_to_accuracy's) to set, never the command's."""
+  if any(a.startswith('--random_seed') for a in args):
+    raise app.UsageError(f'Seeds are this tool\'s to set: use {instead}, not --random_seed.')
+
+
+def new_model_dirs(output_dir: str, name: str, count: int,
+                   fix: str = 'pick another --name or --output_dir') -> List[str]:
+  """OUTPUT_DIR/NAME-1 .. NAME-count, refused when any exists: resnet_main would resume it and report (and a
+  timing would time) the old run, not a new one."""
+  model_dirs = [os.path.join(output_dir, f'{name}-{i}') for i in range(1, count + 1)]
+  taken = [d for d in model_dirs if os.path.exists(d)]
+  if taken:
+    raise app.UsageError(f'{", ".join(taken)} exist already: {fix}.')
+  return model_dirs
+
+
+def command(args: Sequence[str], model_dir: str, seed: Optional[str]) -> List[str]:
+  """resnet_main --mode=train_and_eval in model_dir: seeded, or unseeded with random_seed=null last, so that it
+  overrides a seed the config sets."""
+  seeding = [f'--random_seed={seed}'] if seed is not None else ['--param_overrides=random_seed=null']
+  return [sys.executable, '-m', 'resnet.resnet_main', '--mode=train_and_eval', f'--model_dir={model_dir}', *args,
+          *seeding]
+
+
 def run_once(args: Sequence[str], model_dir: str, seed: Optional[str]) -> Dict[str, object]:
   """One train_and_eval; its eval_results.json plus the exit code and wall time."""
-  seeding = [f'--random_seed={seed}'] if seed is not None else ['--param_overrides=random_seed=null']
-  cmd = [sys.executable, '-m', 'resnet.resnet_main', '--mode=train_and_eval', f'--model_dir={model_dir}', *args,
-         *seeding]
+  cmd = command(args, model_dir, seed)
   start = time.time()
   with open(model_dir + '.log', 'w') as log:
     code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
@@ -89,19 +112,16 @@ def summary_rows(runs: Sequence[Mapping[str, object]]) -> List[str]:
   return lines
 
 
-def spread(xs: Sequence[float]) -> str:
-  return f'{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})'
+def spread(xs: Sequence[float], fmt: str = '.3f') -> str:
+  """'median (min-max)': how every tool here states repeated runs."""
+  return f'{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})'
 
 
 def main(argv: Sequence[str]) -> None:
   args = argv[1:]
-  if any(a.startswith('--random_seed') for a in args):
-    raise app.UsageError('Seeds are this tool\'s to set: use --seeds=1,2,3 (or --runs=N unseeded), not --random_seed.')
+  check_args(args)
   plan = FLAGS.seeds or [None] * FLAGS.runs
-  model_dirs = [os.path.join(FLAGS.output_dir, f'{FLAGS.name}-{i}') for i in range(1, len(plan) + 1)]
-  taken = [d for d in model_dirs if os.path.exists(d)]
-  if taken:  # resnet_main would resume them and report their old results
-    raise app.UsageError(f'{", ".join(taken)} exist already: pick another --name or --output_dir.')
+  model_dirs = new_model_dirs(FLAGS.output_dir, FLAGS.name, len(plan))
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   runs = []
   for i, (seed, model_dir) in enumerate(zip(plan, model_dirs), 1):

@@ -267,8 +267,9 @@ def trial_command(args: Sequence[str], model_dir: str, values: Mapping[str, Any]
           f'--param_overrides={json.dumps(overrides)}']
 
 
-def _stop_with_parent() -> None:
-  """A trial gets SIGTERM (and saves a checkpoint) when its worker dies, however it dies (Linux)."""
+def stop_with_parent() -> None:
+  """A trial gets SIGTERM (and saves a checkpoint) when its worker dies, however it dies (Linux); also
+  tools.time_to_accuracy's runs."""
   try:
     import ctypes  # pylint: disable=g-import-not-at-top
     ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
@@ -311,7 +312,7 @@ def run_trial(trial, model_dir: str, command: Sequence[str], space: Space, deadl
   stop: Optional[Outcome] = None
   last_beat = 0.0
   with open(model_dir + '.log', 'a') as log:
-    proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, preexec_fn=_stop_with_parent)
+    proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, preexec_fn=stop_with_parent)
 
     def report() -> Optional[Outcome]:
       """The trial's newest evaluation to Optuna, once; the pruner's verdict."""

@@ -1,0 +1,173 @@
+"""tools/time_to_accuracy.py: the watcher (times, steps, stops) against a stand-in run, the table, the refusals, and
+one tiny real run read through our eval_results.json."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from absl import app
+import pytest
+
+from tests.helpers import procs
+from tools import time_to_accuracy as tta
+
+# A stand-in for resnet_main: writes eval_results.json (atomically, as the estimator) at the given seconds after it
+# starts, a progress line before each, then sleeps until END; on SIGTERM it records the last step it wrote and exits
+# 0, as resnet_main does (a checkpoint, a clean exit).
+_STAND_IN = textwrap.dedent('''
+    import json, os, signal, sys, time
+    model_dir, schedule, end = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
+    start, last, deaf = time.time(), None, len(sys.argv) > 4   # deaf: the first SIGTERM is lost
+    def stop(*_):
+      global deaf
+      if deaf:
+        deaf = False
+        return
+      with open(os.path.join(model_dir, 'stopped.json'), 'w') as f:
+        json.dump({'last_step': last, 'seconds': time.time() - start}, f)
+      sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    for seconds, step, record in schedule:
+      time.sleep(max(0.0, start + seconds - time.time()))
+      print(f'I1129 estimator.py:359] step {step}/40 loss=1.0 lr=0.1 {10.0 * step:.1f} img/s ETA 0:01', flush=True)
+      with open(os.path.join(model_dir, 'tmp.json'), 'w') as f:
+        json.dump(dict(record, global_step=step), f)
+      last = step
+      os.replace(os.path.join(model_dir, 'tmp.json'), os.path.join(model_dir, 'eval_results.json'))
+    time.sleep(max(0.0, start + end - time.time()))
+''')
+# Evaluations at 0.3, 0.8, 1.3 and 4.0 s; top-1 first >= 0.95 at step 30 (1.3 s).
+_SCHEDULE = [(0.3, 10, {'top_1_accuracy': 0.5, 'loss': 1.2}), (0.8, 20, {'top_1_accuracy': 0.8, 'loss': 0.7}),
+             (1.3, 30, {'top_1_accuracy': 0.96, 'loss': 0.3}), (4.0, 40, {'top_1_accuracy': 0.99, 'loss': 0.1})]
+
+
+def _watch(tmp_path, target=0.95, end=30.0, metric='top_1_accuracy', goal='max', deaf=False, **kwargs):
+  script = tmp_path / 'stand_in.py'
+  script.write_text(_STAND_IN)
+  model_dir = str(tmp_path / 'run-1')
+  os.makedirs(model_dir)
+  command = [sys.executable, str(script), model_dir, json.dumps(_SCHEDULE), str(end)] + (['deaf'] if deaf else [])
+  run = tta.watch(command, model_dir, model_dir + '.log', metric, target, goal, poll_seconds=0.05, **kwargs)
+  stopped = os.path.join(model_dir, 'stopped.json')
+  return run, (json.load(open(stopped)) if os.path.exists(stopped) else None)
+
+
+def test_the_first_evaluation_at_the_target_gives_minutes_and_step_and_stops_the_run(tmp_path):
+  run, stopped = _watch(tmp_path, max_minutes=1.0)
+  assert run['reached'] and run['step'] == 30 and run['value'] == 0.96 and run['stopped'] == 'target'
+  assert 1.3 <= run['minutes'] * 60 < 1.3 + 5.0    # written 1.3 s after the script began; start-up comes first
+  assert [e['step'] for e in run['evaluations']] == [10, 20, 30]
+  assert stopped is not None and stopped['last_step'] == 30   # SIGTERM right after step 30: 40 never came
+  assert stopped['seconds'] < 4.0 and run['exit_code'] == 0 and run['best'] == 0.96
+  assert tta.log_images_per_sec(run['log']) == 250.0   # lines 100, 200, 300 img/s: the first (tracing) left out
+
+
+def test_a_lost_sigterm_is_sent_again(tmp_path, monkeypatch):
+  # resnet_main loses one that lands while a train_and_eval chunk saves its last checkpoint (it trains on).
+  monkeypatch.setattr(tta, 'RESEND_SECONDS', 0.5)
+  run, stopped = _watch(tmp_path, max_minutes=1.0, deaf=True)
+  assert run['stopped'] == 'target' and run['step'] == 30 and stopped['last_step'] == 30
+  assert stopped['seconds'] < 4.0 and run['exit_code'] == 0
+
+
+def test_stop_at_target_false_lets_the_run_end_and_keeps_the_first_crossing(tmp_path):
+  run, stopped = _watch(tmp_path, end=4.3, max_minutes=1.0, stop_at_target=False)
+  assert stopped is None and run['stopped'] is None and run['exit_code'] == 0
+  assert run['reached'] and run['step'] == 30 and 1.3 <= run['minutes'] * 60 < 4.0
+  assert [e['step'] for e in run['evaluations']] == [10, 20, 30, 40] and run['best'] == 0.99
+
+
+def test_a_run_short_of_the_target_is_stopped_at_the_cap_with_its_best(tmp_path):
+  run, stopped = _watch(tmp_path, target=0.999, max_minutes=3.0 / 60)   # between steps 30 (1.3 s) and 40 (4 s)
+  assert not run['reached'] and run['minutes'] is None and run['stopped'] == 'cap'
+  assert run['best'] == 0.96 and run['best_step'] == 30 and stopped['last_step'] == 30
+  assert run['wall_minutes'] * 60 < 15
+
+
+def test_a_loss_target_counts_downwards(tmp_path):
+  run, _ = _watch(tmp_path, target=0.5, metric='loss', goal='min', max_minutes=1.0)
+  assert run['reached'] and run['step'] == 30 and run['best'] == 0.3
+  assert tta.metric_goal('loss') == 'min' and tta.metric_goal('mAP') == 'max'
+
+
+def test_a_metric_the_evaluations_lack_is_named_with_the_ones_they_have_and_the_run_stopped(tmp_path):
+  with pytest.raises(tta.MetricError, match=r"no number 'mAP'.*global_step, loss, top_1_accuracy"):
+    _watch(tmp_path, metric='mAP', max_minutes=1.0)
+  stopped = json.load(open(tmp_path / 'run-1' / 'stopped.json'))
+  assert stopped['last_step'] == 10
+
+
+def _run(reached, minutes=None, step=None, best=0.9, rate=100.0, code=0, stopped='target'):
+  return {'reached': reached, 'minutes': minutes, 'step': step, 'best': best, 'images_per_sec': rate,
+          'exit_code': code, 'stopped': stopped if reached else 'cap'}
+
+
+def test_the_table_gives_reached_k_of_n_minutes_and_steps_over_the_runs_that_reached():
+  results = {'lamb': [_run(True, 2.0, 300, 0.97, 120.0), _run(False, best=0.93, rate=110.0),
+                      _run(True, 3.0, 350, 0.96, 130.0)],
+             'momentum': [_run(False, best=0.6), _run(False, best=None, rate=None, code=1, stopped=None)]}
+  results['momentum'][1].update(stopped=None)
+  lines = tta.table(results, 'top_1_accuracy', 0.95, 'max', 20).splitlines()
+  assert 'minutes to top_1_accuracy >= 0.95' in lines[0]
+  assert lines[2].split() == ['lamb', '2/3', '2.50', '(2.00-3.00)', '325', '0.960', '(0.930-0.970)', '120.0']
+  assert lines[3].split()[:2] == ['momentum', '0/2'] and '(1 failed)' in lines[3]
+  assert 'not reached in 20 min (1 ended first)' in lines[3] and '0.600 (0.600-0.600)' in lines[3]
+  assert lines[4].split()[:3] == ['torchvision', '-', 'not']
+
+
+def test_recipes_are_name_equals_flags_and_bad_ones_are_refused():
+  assert tta.parse_recipe("lamb=--param_overrides=optimizer=lamb --train_steps=600") == tta.Recipe(
+      'lamb', ('--param_overrides=optimizer=lamb', '--train_steps=600'))
+  assert tta.parse_recipe('ours=') == tta.Recipe('ours', ())
+  for text, message in (('lamb', 'has no "="'), ('a b=--x', 'must be letters'), ('s=--random_seed=3', 'unseeded'),
+                        ('m=--model_dir=x', "this tool's to set")):
+    with pytest.raises(app.UsageError, match=message):
+      tta.parse_recipe(text)
+  with pytest.raises(app.UsageError, match='more than once: a'):
+    tta.plan_recipes(['a=', 'a=--train_steps=3'], None)
+  assert [r.name for r in tta.plan_recipes([], 'ResNet50')] == ['ours', 'keras-ResNet50']
+
+
+def test_an_output_dir_with_runs_of_the_plan_is_refused_not_resumed(tmp_path):
+  (tmp_path / 'ours-2').mkdir()
+  proc = subprocess.run([sys.executable, '-m', 'tools.time_to_accuracy', f'--output_dir={tmp_path}', '--target=0.9',
+                         '--runs=2', '--', '--data_dir=nowhere'], capture_output=True, text=True,
+                        env=procs.base_env(), cwd=procs.ROOT, timeout=120, check=False)
+  assert proc.returncode != 0 and 'ours-2 exist already' in proc.stderr, proc.stderr[-1000:]
+  assert 'cannot be resumed' in proc.stderr and not (tmp_path / 'ours-1').exists()
+
+
+@pytest.mark.slow
+def test_a_tiny_real_run_is_timed_from_our_eval_results_and_stopped_at_the_target(records, tmp_path):
+  out = tmp_path / 'tta'
+  proc = subprocess.run(
+      [sys.executable, '-m', 'tools.time_to_accuracy', f'--output_dir={out}', '--target=0.0', '--runs=1',
+       '--max_minutes=3', '--recipe=small=--param_overrides=train_steps=40', '--keras_application=ResNet50',
+       '--keras_epochs=2', '--', f'--data_dir={records}',
+       '--config_file=demo', '--param_overrides=resnet_depth=10,image_size=32,train_batch_size=4,eval_batch_size=4,'
+       'train_steps=6,iterations_per_loop=2,steps_per_eval=2'],
+      capture_output=True, text=True, env=procs.base_env(), cwd=procs.ROOT, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  runs = json.load(open(out / 'time_to_accuracy.json'))['runs']
+  run, = runs['small']
+  # Target 0.0: the first evaluation (step 2) reaches it; the run is stopped there, short of its 40 steps. SIGTERM
+  # in training saves and exits 0; in the next evaluation (after its checkpoint) it ends the process (-15).
+  assert run['reached'] and run['step'] == 2 and run['stopped'] == 'target' and run['exit_code'] in (0, -15)
+  assert 0 < run['minutes'] <= run['wall_minutes'] and run['images_per_sec'] > 0
+  assert run['evaluations'][0] == {'minutes': run['minutes'], 'step': 2, 'value': run['value']}
+  with open(out / 'small-1' / 'eval_results.json') as f:
+    assert json.load(f)['global_step'] < 40
+  assert 'step 40/40' not in open(out / 'small-1.log').read() and 'train_steps=40' in ' '.join(run['command'])
+  assert 'random_seed=null' in run['command'][-1]
+  row = [line for line in proc.stdout.splitlines() if line.startswith('small ')][-1]   # the table's, after the run's
+  assert row.split()[1:3] == ['1/1', f'{run["minutes"]:.2f}'] and row.split()[4] == '2'
+  assert '$ python -m tools.time_to_accuracy --output_dir=' in proc.stdout and 'torchvision' in proc.stdout
+  # The Keras row: keras.applications.ResNet50 at the common flags' 32 px, batch 4 and classes, timed by the same
+  # watcher from the validation accuracy its child writes after epoch 1 (global_step = the epoch's batches).
+  keras_run, = runs['keras-ResNet50']
+  train_images = json.load(open(os.path.join(records, 'summary.json')))['splits']['train']['images']
+  assert keras_run['reached'] and keras_run['step'] == -(-train_images // 4) and keras_run['stopped'] == 'target'
+  assert len(keras_run['evaluations']) == 1 and keras_run['images_per_sec'] > 0
+  assert 'keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=4)' in open(
+      out / 'keras-ResNet50-1.log').read()
