@@ -19,6 +19,8 @@ Rows, per precision, in this order (each compared with a neighbour measured in t
   process-wide and for good, so it runs last, in a child process by default, against ``ours``.
 - ``torch``: torchvision's ResNet of the same depth, image size, batch and precision, trained eagerly in a child
   process with the Python that has torch (never a dependency): ``ours`` is rated against it ("vs PyTorch").
+- ``torch_compile``: the same under ``torch.compile`` (inductor), in its own child process: what a PyTorch user
+  turns on first, and the peer we lead least ("vs torch.compile").
 
 How it measures:
 - Warm-up (tracing, XLA compilation, oneDNN primitive creation) runs first and is never timed. Every row is timed
@@ -111,6 +113,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                     'and end of the run; rows are rated against the conv ceiling.', flag_values=fv)
   flags.DEFINE_bool('torch', True, "PyTorch rows (torchvision's ResNet, eager) where a Python with torch and "
                     'torchvision is found (--torch_python, else this one).', flag_values=fv)
+  flags.DEFINE_bool('torch_compile', True, 'Beside the eager PyTorch row, the same model under torch.compile '
+                    '(inductor, default mode; compiled in the warm-up steps, not timed).', flag_values=fv)
   flags.DEFINE_string('torch_python', '', 'Python of a scratch environment with torch and torchvision, for the '
                       'PyTorch rows (torch is never a dependency of this project).', flag_values=fv)
   flags.DEFINE_bool('quick', False, 'A fast look: ResNet-50 at 128 px, 5 timed steps, 2 warm-up (explicit flags '
@@ -127,7 +131,8 @@ def config_from_flags(fv: flags.FlagValues = flags.FLAGS) -> BenchConfig:
   values = {name: fv[name].value for name in ('resnet_depth', 'image_size', 'batch_size', 'steps', 'warmup_steps',
                                                'repeats', 'keras', 'keras_application', 'keras_xla', 'keras_ours',
                                                'determinism_mode', 'real_data', 'data_dir', 'profile',
-                                               'peak_clock_ghz', 'ceilings', 'torch', 'torch_python')}
+                                               'peak_clock_ghz', 'ceilings', 'torch', 'torch_compile',
+                                               'torch_python')}
   if fv['quick'].value:
     values.update({k: v for k, v in QUICK.items() if not fv[k].present})
   for name in ('precisions', 'xla_precisions', 'determinism_precisions', 'recipe_precisions', 'kernel_precisions'):

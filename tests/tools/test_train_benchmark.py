@@ -117,8 +117,10 @@ def test_every_row_is_compared_with_keras_applications_and_with_its_one_differen
   vs_keras, vs_ref = report.HEADER.index('vs keras apps'), report.HEADER.index('vs reference (what differs)')
   assert lines[3][vs_keras] == '0.50x (0.29-0.80)' and lines[3][vs_ref].startswith('XLA: 0.38x (0.25-0.50) vs ')
   assert lines[8][vs_ref].startswith('determinism: 0.94x (0.88-1.00) vs ')
-  # vs Keras fp32/bf16, vs PyTorch (no rows), of the conv ceiling (fp32 70%; bf16 on a CPU without AMX), real data.
-  assert [t.split()[0] for t in report.target_lines(results)] == ['PASS', 'PASS', 'n/a', 'n/a', 'FAIL', 'n/a', 'PASS']
+  # vs Keras fp32/bf16, vs PyTorch eager and torch.compile (no rows), of the conv ceiling (fp32 70%; bf16 on a CPU
+  # without AMX), real data.
+  assert [t.split()[0] for t in report.target_lines(results)] == ['PASS', 'PASS', 'n/a', 'n/a', 'n/a', 'n/a', 'FAIL',
+                                                                  'n/a', 'PASS']
 
 
 def test_report_shows_medians_ranges_gflops_and_noise():
@@ -160,24 +162,33 @@ def test_markdown_has_every_row_the_machine_and_the_command():
 
 def test_pytorch_rows_are_compared_with_ours_and_rated_against_the_targets():
   rows = [_row('ours', 'float32', [8.0, 8.0, 8.0]), _row('torch', 'float32', [5.0, 6.0, 7.0]),
+          _row('torch_compile', 'float32', [6.0, 6.4, 7.0]),
           _row('ours', 'bfloat16', [26.0, 26.0, 26.0]), _row('torch', 'bfloat16', [20.0, 21.0, 22.0])]
   rows[1].note = 'torch 2.14.1, torchvision 0.29.1, 2 threads'
   results = _results(rows, precisions=('float32', 'bfloat16'), real_data=False, keras=False)
   assert results.vs_torch(rows[0]).value == pytest.approx(8 / 6) and results.vs_torch(rows[1]) is None
-  assert results.vs_torch(rows[2]).value == pytest.approx(26 / 21)
+  assert results.vs_torch(rows[3]).value == pytest.approx(26 / 21)
+  assert results.vs_torch_compile(rows[0]).value == pytest.approx(8 / 6.4)
+  assert results.vs_torch_compile(rows[2]) is None and results.vs_torch_compile(rows[3]) is None
   lines = report.table_rows(results)
   torch_col, conv = report.HEADER.index('vs PyTorch'), report.HEADER.index('% conv ceiling')
+  compile_col = report.HEADER.index('vs torch.compile')
   assert lines[0][torch_col] == '1.33x (1.14-1.60)' and lines[1][torch_col] == '-'
+  assert lines[0][compile_col] == '1.25x (1.14-1.33)' and lines[3][compile_col] == '-'
   assert lines[1][conv] == f'{6 * 24.5 / 280:.0%}'  # torchvision's ResNet-50 does our FLOPs (v1.5)
+  assert lines[2][conv] == f'{6.4 * 24.5 / 280:.0%}'
   targets = report.target_lines(results)
   assert targets[2].startswith('PASS  ours vs PyTorch eager, float32: 1.33x')
   assert targets[3].startswith('FAIL  ours vs PyTorch eager, bfloat16: 1.24x')
-  assert targets[5].startswith('n/a   ours, bfloat16: 41% of the measured bf16 conv ceiling')  # no AMX here
+  assert targets[4].startswith('FAIL  ours vs PyTorch torch.compile, float32: 1.25x (1.14-1.33) (target >= 1.30x)')
+  assert targets[5] == 'n/a   ours vs PyTorch torch.compile, bfloat16: no torch.compile row'
+  assert targets[7].startswith('n/a   ours, bfloat16: 41% of the measured bf16 conv ceiling')  # no AMX here
   amx = dataclasses.replace(results.peak, has_amx=True)
   targets = report.target_lines(dataclasses.replace(results, peak=amx))
-  assert targets[5].startswith('PASS  ours, bfloat16: 41% of the measured bfloat16 conv ceiling (target >= 40%)')
+  assert targets[7].startswith('PASS  ours, bfloat16: 41% of the measured bfloat16 conv ceiling (target >= 40%)')
   markdown = report.format_markdown(results, 'cmd')
-  assert '| ours (Estimator) | bfloat16 | 26.0 | 26.00-26.00 | - | 1.24x (1.18-1.30) |' in markdown
+  assert '| ours (Estimator) | bfloat16 | 26.0 | 26.00-26.00 | - | 1.24x (1.18-1.30) | - |' in markdown
+  assert '| ours (Estimator) | float32 | 8.0 | 8.00-8.00 | - | 1.33x (1.14-1.60) | 1.25x (1.14-1.33) |' in markdown
   assert 'PyTorch: torch 2.14.1, torchvision 0.29.1, 2 threads.' in markdown
 
 
@@ -199,12 +210,15 @@ assert sys.argv[1:3] == ['-m', 'tools.train_bench.torch_row'], sys.argv
 spec = json.loads(sys.argv[3])
 assert (spec['resnet_depth'], spec['image_size'], spec['batch_size'], spec['precision']) == (18, 32, 2, 'bfloat16')
 json.dump({{'samples': [3.0, 4.0], 'busy': [0.9, 0.9], 'others': [0.0, 0.0], 'compile_s': 1.0,
-           'parameters': 11689512, 'note': 'torch x'}}, open(spec['out'], 'w'))
+           'parameters': 11689512, 'note': f"torch x{{' compiled' if spec['compile'] else ''}}"}}, open(spec['out'], 'w'))
 """)
   fake.chmod(0o755)
   row = child.torch_row_in_subprocess(cfg, 'bfloat16', str(fake))
   assert (row.kind, row.name, row.samples, row.note) == ('torch', 'PyTorch torchvision ResNet-18, eager', [3.0, 4.0],
                                                         'torch x')
+  row = child.torch_row_in_subprocess(cfg, 'bfloat16', str(fake), compiled=True)
+  assert (row.kind, row.name, row.note) == ('torch_compile', 'PyTorch torchvision ResNet-18, torch.compile',
+                                           'torch x compiled')
   broken = tmp_path / 'broken'
   broken.write_text(f'#!{sys.executable}\nimport sys; sys.exit("no module named torch")\n')
   broken.chmod(0o755)

@@ -67,19 +67,22 @@ def find_torch_python(cfg: BenchConfig) -> Tuple[Optional[str], str]:
                 'environment (never this project\'s) and pass --torch_python=/path/to/that/bin/python.')
 
 
-def torch_row_in_subprocess(cfg: BenchConfig, precision: str, python: str) -> Row:
-  """torch_row.measure in ``python``: torchvision's ResNet of the same depth, image size, batch and precision."""
+def torch_row_in_subprocess(cfg: BenchConfig, precision: str, python: str, compiled: bool = False) -> Row:
+  """torch_row.measure in ``python``: torchvision's ResNet of the same depth, image size, batch and precision,
+  eager or (``compiled``) under ``torch.compile``."""
+  kind = 'torch_compile' if compiled else 'torch'
   with tempfile.TemporaryDirectory(prefix='train-benchmark-torch-') as tmp:
     out = os.path.join(tmp, 'row.json')
     spec = json.dumps({'resnet_depth': cfg.resnet_depth, 'image_size': cfg.image_size, 'batch_size': cfg.batch_size,
                        'num_classes': cfg.num_classes, 'precision': precision, 'steps': cfg.steps,
-                       'warmup_steps': cfg.warmup_steps, 'repeats': cfg.repeats, 'seed': cfg.seed, 'out': out})
+                       'warmup_steps': cfg.warmup_steps, 'repeats': cfg.repeats, 'seed': cfg.seed, 'out': out,
+                       'compile': compiled})
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get('PYTHONPATH')) if p))
     proc = subprocess.run([python, '-m', 'tools.train_bench.torch_row', spec], cwd=ROOT, env=env,
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not os.path.exists(out):
-      raise RuntimeError(f'The PyTorch {precision} row failed in {python} (exit code {proc.returncode}); its stderr '
+      raise RuntimeError(f'The {row_name(cfg, kind)} {precision} row failed in {python} (exit code {proc.returncode}); its stderr '
                          f'ends with:\n{proc.stderr[-3000:]}')
     with open(out) as f:
       values = json.load(f)
-  return Row(name=row_name(cfg, 'torch'), kind='torch', precision=precision, data='synthetic', **values)
+  return Row(name=row_name(cfg, kind), kind=kind, precision=precision, data='synthetic', **values)

@@ -8,6 +8,7 @@ from tools.train_bench.rows import COUNTED_KINDS, OUR_MODEL_KINDS, Ratio, Result
 # The project's performance targets.
 TARGET_VS_KERAS = 1.10
 TARGET_VS_TORCH = 1.30          # ours over PyTorch eager, each precision, every CPU
+TARGET_VS_TORCH_COMPILE = 1.30  # ours over PyTorch under torch.compile (inductor), each precision, every CPU
 TARGET_CONV_CEILING = {'float32': 0.85, 'bfloat16': 0.40}  # of the measured conv ceiling; bf16 on AMX CPUs only
 TARGET_REAL_VS_SYNTHETIC = 0.95
 NOISE_OTHERS = 0.10  # other processes using > 10% of the cores during a timed window: a noisy figure
@@ -49,6 +50,7 @@ def table_rows(results: Results) -> List[List[str]]:
   for row in results.rows:
     lines.append([row.name, row.precision, _num(row.images_per_sec), row.spread,
                   format_ratio(results.vs_keras(row)), format_ratio(results.vs_torch(row)),
+                  format_ratio(results.vs_torch_compile(row)),
                   format_ratio(results.vs_reference(row), with_baseline=True),
                   _num(row.cpu_normalised), _num(row_gflops(results, row), '{:.0f}'), _pct(of_ceiling(results, row)),
                   _pct(of_ceiling(results, row, 'matmul')), f'{_pct(row.cpu_busy)} / {_pct(row.cpu_others)}',
@@ -56,7 +58,8 @@ def table_rows(results: Results) -> List[List[str]]:
   return lines
 
 
-HEADER = ['row', 'precision', 'img/s', 'min-max', 'vs keras apps', 'vs PyTorch', 'vs reference (what differs)',
+HEADER = ['row', 'precision', 'img/s', 'min-max', 'vs keras apps', 'vs PyTorch', 'vs torch.compile',
+          'vs reference (what differs)',
           'cpu-norm img/s', 'GFLOP/s', '% conv ceiling', '% matmul ceiling', 'cpu us / others', 'warm-up s']
 
 
@@ -97,6 +100,14 @@ def target_lines(results: Results) -> List[str]:
                  f'(target >= {TARGET_VS_TORCH:.2f}x){cpu_note(ours, torch_row, "{:.2f}x")}')
     elif ours:
       out.append(f'n/a   ours vs PyTorch eager, {p}: no PyTorch row')
+  for p in results.cfg.precisions:
+    ours, compiled = results.find('ours', p), results.find('torch_compile', p)
+    if ours and compiled:
+      r = results.vs_torch_compile(ours)
+      out.append(f'{mark(r.value >= TARGET_VS_TORCH_COMPILE)}  ours vs PyTorch torch.compile, {p}: {format_ratio(r)} '
+                 f'(target >= {TARGET_VS_TORCH_COMPILE:.2f}x){cpu_note(ours, compiled, "{:.2f}x")}')
+    elif ours:
+      out.append(f'n/a   ours vs PyTorch torch.compile, {p}: no torch.compile row')
   for p in results.cfg.precisions:
     ours, target = results.find('ours', p), TARGET_CONV_CEILING[p]
     if not ours:
@@ -151,14 +162,15 @@ def format_markdown(results: Results, command: str) -> str:
            'from the slowest/fastest to the fastest/slowest window pair.',
            '',
            f'| row | precision | img/s | range | vs Keras `{cfg.application or "-"}` fit | vs PyTorch | '
-           'vs reference (what differs) | % of conv ceiling |',
-           '|---|---|---|---|---|---|---|---|']
+           'vs torch.compile | vs reference (what differs) | % of conv ceiling |',
+           '|---|---|---|---|---|---|---|---|---|']
   for row in results.rows:
     name = row.name
     if row.kind in ('keras', 'keras_xla'):
       name = name.replace(f'Keras {cfg.application} fit', f'Keras `{cfg.application}` fit')
     lines.append(f'| {name} | {row.precision} | {_num(row.images_per_sec, "{:.1f}")} | {row.spread} | '
                  f'{format_ratio(results.vs_keras(row))} | {format_ratio(results.vs_torch(row))} | '
+                 f'{format_ratio(results.vs_torch_compile(row))} | '
                  f'{format_ratio(results.vs_reference(row), True)} | {_pct(of_ceiling(results, row))} |')
   torch_note = next((r.note for r in results.rows if r.kind == 'torch'), '')
   lines += ['', f'Machine: {machine_line(results)}.', f'Measured ceilings: {ceiling_line(results)}.']
@@ -185,7 +197,9 @@ def format_report(results: Results) -> str:
       'SGD momentum 0.9, sparse CE, jit_compile=False, steps_per_execution=1, on the same synthetic batch (float32).',
       '- vs PyTorch = against torchvision\'s ResNet of the same depth trained eagerly in a child process '
       '(tools/train_bench/torch_row.py: channels_last, SGD Nesterov momentum + weight decay, torch.autocast for '
-      'bf16, one fixed random batch, as many threads as cores), measured right after ours.',
+      'bf16, one fixed random batch, as many threads as cores), measured right after ours. vs torch.compile = '
+      'against the same model wrapped in torch.compile (inductor, default mode) in its own child process, '
+      'compiled in the warm-up steps.',
       '- vs reference: each row against the row it differs from in one thing. model: Keras fit on our model vs on '
       'keras.applications; runner: our Estimator vs Keras fit on the same model; XLA: jit_compile=True vs not; '
       'determinism: random_seed (deterministic ops) vs not; input: JPEG records vs synthetic batches; mixup/CutMix: '
@@ -226,9 +240,8 @@ def format_report(results: Results) -> str:
     parts.append(f'- The determinism row ran in {where}: deterministic ops, once on, stay on for the process.')
   apps = next((r.parameters for r in results.rows if r.kind in ('keras', 'keras_xla') and r.parameters), 0)
   ours = next((r.parameters for r in results.rows if r.kind in OUR_MODEL_KINDS and r.parameters), 0)
-  torch_row = next((r for r in results.rows if r.kind == 'torch'), None)
-  if torch_row is not None:
-    parts.append(f'- PyTorch row: {torch_row.note}; {torch_row.parameters / 1e6:.2f}M parameters and buffers.')
+  for torch_row in [r for r in results.rows if r.kind in ('torch', 'torch_compile')][:2]:
+    parts.append(f'- {torch_row.name}: {torch_row.note}; {torch_row.parameters / 1e6:.2f}M parameters and buffers.')
   if apps or ours:
     sizes = ([f'keras.applications {cfg.application} {apps / 1e6:.2f}M'] if apps else []) + \
         ([f'our ResNet-{cfg.resnet_depth} {ours / 1e6:.2f}M'] if ours else [])

@@ -40,7 +40,7 @@ OUR_MODEL_KINDS = ('keras_ours', 'ours', 'ours_xla', 'ours_det', 'ours_mix', 'ou
                    'ours_lamb', 'ours_clip', 'ours_conv_dw',
                    'ours_ops_add', 'ours_tf_kernels')
 # Rows whose model does plan.count_flops' FLOPs: ours, and torchvision's ResNet (v1.5 too: stride on the 3x3).
-COUNTED_KINDS = OUR_MODEL_KINDS + ('torch',)
+COUNTED_KINDS = OUR_MODEL_KINDS + ('torch', 'torch_compile')
 # The params each recipe row adds to ours (same images per update: accumulation splits the batch in two).
 RECIPE_OVERRIDES = {'ours_mix': {'mixup_alpha': 0.2, 'cutmix_alpha': 1.0},
                     'ours_accum': {'gradient_accumulation_steps': 2},
@@ -60,6 +60,7 @@ class Row:
   """One measured configuration; ``samples`` are images/s of each timed window."""
   name: str
   kind: str            # 'keras' | 'keras_xla' | 'keras_ours' | 'ours' | 'ours_xla' | 'ours_det' | 'torch' |
+  #                      'torch_compile' |
   #                      a VARIANT_OVERRIDES kind
   precision: str
   data: str            # 'synthetic' | 'real'
@@ -153,6 +154,7 @@ class BenchConfig:
   ceilings: bool = True     # measure matmul and conv ceilings (tools/train_bench/ceilings.py)
   torch: bool = True        # PyTorch rows where a Python with torch and torchvision is found
   torch_python: str = ''    # that Python ('' = this one, if it can import both)
+  torch_compile: bool = True  # beside the eager PyTorch row, the same model under torch.compile (inductor)
   seed: int = 0
 
   @property
@@ -189,6 +191,7 @@ def row_name(cfg: BenchConfig, kind: str, data: str = 'synthetic') -> str:
       'ours_ops_add': 'ours, residual_add_relu=ops',
       'ours_tf_kernels': 'ours, conv1x1_filter_grad=conv + residual_add_relu=ops',
       'torch': f'PyTorch torchvision ResNet-{cfg.resnet_depth}, eager',
+      'torch_compile': f'PyTorch torchvision ResNet-{cfg.resnet_depth}, torch.compile',
   }[kind]
 
 
@@ -246,6 +249,11 @@ class Results:
     """The row against PyTorch's row of the same precision (None for that row itself, or without it)."""
     torch_row = self.find('torch', row.precision)
     return ratio(row, torch_row) if torch_row is not None and row is not torch_row else None
+
+  def vs_torch_compile(self, row: Row) -> Optional[Ratio]:
+    """The row against PyTorch's torch.compile row of the same precision (None for that row, or without it)."""
+    compiled = self.find('torch_compile', row.precision)
+    return ratio(row, compiled) if compiled is not None and row is not compiled else None
 
   def ceiling(self, precision: str, kernel: str = 'conv') -> float:
     """The measured GFLOP/s of ``kernel`` in ``precision``; NaN when not measured."""

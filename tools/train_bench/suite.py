@@ -87,6 +87,9 @@ def run_benchmark(cfg: BenchConfig) -> Results:
       if torch_python:
         logging.info('Measuring PyTorch (%s), %s...', torch_python, precision)
         results.rows.append(child.torch_row_in_subprocess(cfg, precision, torch_python))
+        if cfg.torch_compile:
+          logging.info('Measuring PyTorch under torch.compile (%s), %s...', torch_python, precision)
+          results.rows.append(child.torch_row_in_subprocess(cfg, precision, torch_python, compiled=True))
       if precision in cfg.xla_precisions:
         logging.info('Measuring our Estimator with jit_compile=True, %s...', precision)
         results.rows.append(measure.bench_ours(cfg, precision, jit_compile=True)[0])
