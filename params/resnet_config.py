@@ -100,8 +100,8 @@ PARAMS: Tuple[Param, ...] = (
     P('jit_compile', False, 'XLA-compile each replica step of train, eval and predict (faster on GPU; slower on '
       'CPU; TPUs always compile).'),
     P('conv1x1_filter_grad', 'auto', "How 1x1 convs get their weight gradient: 'matmul' (one matmul, x^T dy), "
-      "'conv' (TensorFlow's backward-weights convolution), 'auto' = matmul for bfloat16 on CPUs with AMX (measured "
-      'faster there), else conv. The same gradient up to summation order; forward results do not change.',
+      "'conv' (TensorFlow's backward-weights convolution), 'auto' = matmul for bfloat16 on CPUs with AMX and for "
+      'float32 on AVX-512 CPUs without AMX (measured faster there), else conv. The same gradient up to summation order; forward results do not change.',
       choices=('auto', 'matmul', 'conv'), modes=TRAINING),
     P('residual_add_relu', 'auto', "Each block's final relu(x + shortcut) in training: 'xla' (one XLA-compiled "
       "function), 'ops' (TensorFlow's Add and Relu), 'auto' = xla for bfloat16 on CPUs with AMX (measured faster "

@@ -191,7 +191,7 @@ def test_residual_add_relu_compiles_in_training_only_and_equals_the_ops():
 
 @pytest.mark.parametrize('name,faster,plain', [('conv1x1_filter_grad', 'matmul', 'conv'),
                                                ('residual_add_relu', 'xla', 'ops')])
-def test_auto_chooses_the_faster_kernels_for_bfloat16_on_cpus_with_amx_only(name, faster, plain, monkeypatch):
+def test_auto_chooses_the_kernels_measured_faster_on_each_cpu_kind(name, faster, plain, monkeypatch):
   def choice(precision, **options):
     chosen = cpu_kernels.choose(options.get('conv1x1_filter_grad', 'auto'), options.get('residual_add_relu', 'auto'),
                                 resnet_model_fn.dtype_policy(precision))
@@ -210,5 +210,16 @@ def test_auto_chooses_the_faster_kernels_for_bfloat16_on_cpus_with_amx_only(name
   assert choice(precision='float16') is False
   assert choice(precision='float32', **{name: faster}) is True
   assert choice(precision='bfloat16', **{name: plain}) is False
+  # float32 on AVX-512 CPUs without AMX: the 1x1 weight gradients only (measured faster there, the rest not).
+  monkeypatch.setattr(cpu_kernels, 'cpu_has_avx512', lambda: True)
+  monkeypatch.setattr(cpu_kernels, 'cpu_has_amx', lambda: False)
+  assert choice(precision='float32') is (name == 'conv1x1_filter_grad')
+  assert choice(precision='mixed_float16') is False and choice(precision='bfloat16') is False
+  assert choice(precision='float32', **{name: plain}) is False
+  devices['GPU'] = ['/device:GPU:0']
+  assert choice(precision='float32') is False
+  devices['GPU'] = []
+  monkeypatch.setattr(cpu_kernels, 'cpu_has_avx512', lambda: False)   # AVX2 only: not measured there
+  assert choice(precision='float32') is False
   with pytest.raises(ValueError, match=name):
     merging.make_params({name: 'gemm'})
