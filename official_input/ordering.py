@@ -246,8 +246,11 @@ def training_records(files: Tuple[Sequence[str], Sequence[int], Sequence[int]],
   known = list(counts) if scanned else expected
   per_epoch = records_per_epoch(known, order.shard)
   if not per_epoch and start:
+    unknown = sum(c < 0 for c in known)
     raise ValueError(f'Resuming at record {start} needs every file\'s record count (summary.json\'s, or '
-                     f'shards.record_counts\'): {sum(c < 0 for c in known)} of {len(known)} are unknown.')
+                     f'shards.record_counts\'): {unknown} of {len(known)} are unknown.' if unknown else
+                     f'Resuming at record {start}: the {len(known)} files hold no record this pipeline reads (their '
+                     f'counts are {list(known)[:8]}); check the data (damaged shards are named above).')
   if not per_epoch:
     return tf.data.Dataset.range(2 ** 62).flat_map(plain(epoch)), 'from the start'
   first, within = divmod(start, per_epoch)

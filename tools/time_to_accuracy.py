@@ -45,6 +45,7 @@ checkpoint, not at zero.
 """
 import dataclasses
 import json
+import math
 import os
 import re
 import shlex
@@ -157,7 +158,8 @@ def reaches(value: float, target: float, goal: str) -> bool:
 
 
 def better(a: float, b: Optional[float], goal: str) -> bool:
-  return b is None or (a > b if goal == 'max' else a < b)
+  """Whether ``a`` beats the best so far ``b`` (a NaN evaluation never becomes the best)."""
+  return math.isfinite(a) and (b is None or (a > b if goal == 'max' else a < b))
 
 
 # ------------------------------------------------------------------------------------------------ the watcher
@@ -228,7 +230,7 @@ def watch(command: Sequence[str], model_dir: str, log_path: str, metric: str, ta
     run['evaluations'].append(evaluation)
     if better(value, run['best'], goal):
       run['best'], run['best_step'] = value, step
-    if not run['reached'] and reaches(value, target, goal):
+    if not run['reached'] and reaches(value, target, goal) and minutes <= max_minutes:   # past the cap: not reached
       run.update(reached=True, minutes=round(minutes, 4), step=step, value=value)
 
   start = time.time()

@@ -363,9 +363,10 @@ class Estimator:
           if stop:
             raise TrainingInterrupted(step, self.stop.reason or 'another worker was stopped')
         # A signal that came while the last loop's checkpoint was being saved found the check above already made:
-        # honour it here (that checkpoint is at this step), or train_and_eval's next chunk would clear it and train
-        # on. Every worker ends its loops at max_steps, a common boundary, so their votes stay in step.
-        if self.stop.agreed(True):
+        # where more chunks follow (train_and_eval), honour it here (that checkpoint is at this step), or the next
+        # chunk would clear it and train on. A run whose training is done goes on to its evaluation or export.
+        # Every worker ends its loops at max_steps, a common boundary, with the same total, so votes stay in step.
+        if step < (total_steps or max_steps) and self.stop.agreed(True):
           raise TrainingInterrupted(step, self.stop.reason or 'another worker was stopped')
     finally:
       for hook in hooks:

@@ -64,7 +64,7 @@ def test_the_first_evaluation_at_the_target_gives_minutes_and_step_and_stops_the
 
 
 def test_a_lost_sigterm_is_sent_again(tmp_path, monkeypatch):
-  # resnet_main loses one that lands while a train_and_eval chunk saves its last checkpoint (it trains on).
+  # One that lands before resnet_main handles signals, or where no training loop can honour it, does not stop it.
   monkeypatch.setattr(tta, 'RESEND_SECONDS', 0.5)
   run, stopped = _watch(tmp_path, max_minutes=1.0, deaf=True)
   assert run['stopped'] == 'target' and run['step'] == 30 and stopped['last_step'] == 30
@@ -171,3 +171,8 @@ def test_a_tiny_real_run_is_timed_from_our_eval_results_and_stopped_at_the_targe
   assert len(keras_run['evaluations']) == 1 and keras_run['images_per_sec'] > 0
   assert 'keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=4)' in open(
       out / 'keras-ResNet50-1.log').read()
+
+
+def test_a_nan_evaluation_never_becomes_the_best():
+  assert not tta.better(float('nan'), None, 'max') and tta.better(0.5, None, 'max')
+  assert tta.better(0.6, 0.5, 'max') and not tta.better(float('nan'), 0.5, 'min') and tta.better(0.4, 0.5, 'min')

@@ -332,6 +332,31 @@ def test_rows_run_in_order_with_determinism_last(monkeypatch):
   assert calls[-1] == ('ours_det', 'float32', 'synthetic') and len(calls) == 4
 
 
+def test_the_pytorch_rows_follow_ours_and_a_failed_one_costs_only_its_row(monkeypatch):
+  calls = []
+  _fake_benchmarks(monkeypatch, calls)
+
+  def torch_row(cfg, precision, python, compiled=False):
+    calls.append(('torch_compile' if compiled else 'torch', precision, python))
+    if compiled:
+      raise RuntimeError('The PyTorch torch.compile row failed: no C++ compiler\nmore stderr')
+    return _row('torch', precision, [3.0])
+
+  monkeypatch.setattr(child, 'torch_row_in_subprocess', torch_row)
+  cfg = rows_lib.BenchConfig(precisions=('float32',), xla_precisions=(), recipe_precisions=(), kernel_precisions=(),
+                             determinism_precisions=(), real_data=False, ceilings=False, keras=False,
+                             keras_ours=False, torch_python=sys.executable)
+  results = suite.run_benchmark(cfg)
+  assert calls == [('ours', 'float32', 'synthetic'), ('torch', 'float32', sys.executable),
+                   ('torch_compile', 'float32', sys.executable)]
+  assert [r.kind for r in results.rows] == ['ours', 'torch']
+  assert any('No torch.compile float32 row' in n and 'no C++ compiler' in n for n in results.notes)
+  assert 'n/a   ours vs PyTorch torch.compile, float32: no torch.compile row' in report.format_report(results)
+  calls.clear()
+  suite.run_benchmark(dataclasses.replace(cfg, torch_compile=False))
+  assert [c[0] for c in calls] == ['ours', 'torch']
+
+
 def test_depth_without_keras_application_says_so(monkeypatch):
   calls = []
   _fake_benchmarks(monkeypatch, calls)

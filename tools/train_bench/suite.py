@@ -84,12 +84,15 @@ def run_benchmark(cfg: BenchConfig) -> Results:
         del batch
       logging.info('Measuring our Estimator, %s, synthetic data...', precision)
       results.rows.append(measure.bench_ours(cfg, precision)[0])
-      if torch_python:
-        logging.info('Measuring PyTorch (%s), %s...', torch_python, precision)
-        results.rows.append(child.torch_row_in_subprocess(cfg, precision, torch_python))
-        if cfg.torch_compile:
-          logging.info('Measuring PyTorch under torch.compile (%s), %s...', torch_python, precision)
-          results.rows.append(child.torch_row_in_subprocess(cfg, precision, torch_python, compiled=True))
+      for compiled in ((False, True) if cfg.torch_compile else (False,)) if torch_python else ():
+        logging.info('Measuring PyTorch%s (%s), %s...', ' under torch.compile' if compiled else '', torch_python,
+                     precision)
+        try:   # a peer's failure (e.g. inductor without a C++ compiler) costs its row, not the rows measured
+          results.rows.append(child.torch_row_in_subprocess(cfg, precision, torch_python, compiled=compiled))
+        except RuntimeError as e:
+          logging.warning('%s', e)
+          results.notes.append(f'No {"torch.compile" if compiled else "PyTorch eager"} {precision} row: it failed '
+                               f'in its child process ({str(e).splitlines()[0]}); the log has its stderr.')
       if precision in cfg.xla_precisions:
         logging.info('Measuring our Estimator with jit_compile=True, %s...', precision)
         results.rows.append(measure.bench_ours(cfg, precision, jit_compile=True)[0])

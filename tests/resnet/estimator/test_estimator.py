@@ -268,17 +268,22 @@ def test_a_stop_requested_while_the_last_checkpoint_is_saved_still_ends_training
   the loop's stop check: train() must still raise, or the next chunk clears the request and trains on."""
   runner = make_runner(tmp_path, iterations_per_loop=5, save_checkpoints_steps=5)
   save = runner.save
+  signal_at = 10
 
   def save_then_signal(*args, **kwargs):
     result = save(*args, **kwargs)
-    if int(runner.global_step.numpy()) == 10:
+    if int(runner.global_step.numpy()) == signal_at:
       runner.request_stop('SIGTERM')
     return result
 
   monkeypatch.setattr(runner, 'save', save_then_signal)
   with pytest.raises(E.TrainingInterrupted, match='step 10'):
-    runner.train(train_input, max_steps=10)
+    runner.train(train_input, max_steps=10, total_steps=20)   # a chunk: more follow
   assert tf.train.latest_checkpoint(str(tmp_path)).endswith('model.ckpt-10')
+  # The last chunk: training is done, so the run goes on to its evaluation or export.
+  signal_at = 20
+  runner.train(train_input, max_steps=20, total_steps=20)
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith('model.ckpt-20')
 
 
 @pytest.mark.slow
