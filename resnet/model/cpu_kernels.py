@@ -14,6 +14,7 @@ explicitly to try them there). Either form computes the same results up to summa
 import functools
 from typing import NamedTuple
 
+import keras
 import tensorflow as tf
 
 
@@ -24,6 +25,8 @@ class Kernels(NamedTuple):
 
 def choose(conv1x1_filter_grad: str, residual_add_relu: str, dtype_policy) -> Kernels:
   """The kernels for the options ('auto', or the form to use) under ``dtype_policy`` (a Keras policy or its name)."""
+  if dtype_policy is None:   # the model's layers then follow Keras' global policy: so does the choice
+    dtype_policy = keras.config.dtype_policy()
   name = str(getattr(dtype_policy, 'name', dtype_policy) or '')
   on_cpu = None
 

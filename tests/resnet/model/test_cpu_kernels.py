@@ -219,6 +219,11 @@ def test_auto_chooses_the_kernels_measured_faster_on_each_cpu_kind(name, faster,
   devices['GPU'] = ['/device:GPU:0']
   assert choice(precision='float32') is False
   devices['GPU'] = []
+  # No policy given: the layers follow Keras' global policy, and so does the choice (it read '' and chose conv).
+  monkeypatch.setattr(keras.config, 'dtype_policy', lambda: keras.DTypePolicy('float32'))
+  assert cpu_kernels.choose('auto', 'auto', None).matmul_filter_grad is True
+  monkeypatch.setattr(keras.config, 'dtype_policy', lambda: keras.DTypePolicy('mixed_float16'))
+  assert cpu_kernels.choose('auto', 'auto', None).matmul_filter_grad is False
   monkeypatch.setattr(cpu_kernels, 'cpu_has_avx512', lambda: False)   # AVX2 only: not measured there
   assert choice(precision='float32') is False
   with pytest.raises(ValueError, match=name):
