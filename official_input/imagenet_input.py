@@ -244,21 +244,29 @@ class ImageNetInput(accounting.ReportsSkips):
   def list_files(self) -> List[str]:
     return shards.list_files(self.data_dir, self.split)
 
+  def _checked_files(self, files: Sequence[str], index: int, count: int, first_n: Optional[int]
+                     ) -> Tuple[List[str], bool, List[int], List[int]]:
+    """This pipeline's files (and whether it shards by record), their sizes checked against summary.json, their
+    expected record counts (-1 unknown), and the records the pass should give (``_stats.expected_records``)."""
+    files, shard_records = self._pipeline_files(files, index, count)
+    info = self.dataset_info()
+    sizes = shards.file_sizes(files)
+    self._data_loss(shards.wrong_sizes(files, sizes, info, self.split))
+    expected = shards.file_records(files, info)
+    self._stats.expected_records = shards.pass_records(
+        expected, info.split_images(self.split) if info else None, count <= 1 or shard_records, first_n, index,
+        count)
+    return files, shard_records, sizes, expected
+
   def read_records(self, files: Sequence[str], context: Optional[tf.distribute.InputContext]) -> tf.data.Dataset:
     """Serialized records for this pipeline: sharded by file (or by record when files are few), then read.
 
     Each file is read with its end accounted for (``count_file``): damaged shards are counted, logged, or raised.
     """
     index, count, _ = ordering.context_ids(context)
-    files, shard_records = self._pipeline_files(files, index, count)
-    info = self.dataset_info()
-    sizes = shards.file_sizes(files)
-    self._data_loss(shards.wrong_sizes(files, sizes, info, self.split))
-    expected = shards.file_records(files, info)
-    reads_all = count <= 1 or shard_records
     first_n = self.num_images if self._first_records() else None
-    self._stats.expected_records = shards.pass_records(
-        expected, info.split_images(self.split) if info else None, reads_all, first_n, index, count)
+    files, shard_records, sizes, expected = self._checked_files(files, index, count, first_n)
+    reads_all = count <= 1 or shard_records
     # Reading order must be the same on every pipeline when records are sharded, and fixed for eval and seeded runs.
     fixed_order = shard_records or not self.is_training or self.seed is not None
     file_ds = tf.data.Dataset.from_tensor_slices((tf.constant(list(files), tf.string), tf.constant(sizes, tf.int64),
@@ -290,13 +298,7 @@ class ImageNetInput(accounting.ReportsSkips):
     read once an epoch whatever the resumes.
     """
     index, count, _ = ordering.context_ids(context)
-    files, shard_records = self._pipeline_files(files, index, count)
-    info = self.dataset_info()
-    sizes = shards.file_sizes(files)
-    self._data_loss(shards.wrong_sizes(files, sizes, info, self.split))
-    expected = shards.file_records(files, info)
-    self._stats.expected_records = shards.pass_records(
-        expected, info.split_images(self.split) if info else None, count <= 1 or shard_records, None, index, count)
+    files, shard_records, sizes, expected = self._checked_files(files, index, count, None)
     stats = self._stats
 
     @tf.autograph.experimental.do_not_convert

@@ -9,6 +9,7 @@ Why: the training profile (``--profile_steps``, tools/profile_report) gives op s
 layer's two gradients side by side on the inter-op pool, so each looks up to twice as slow as it is alone. Timed
 alone, the passes show which kernel is slow for which shape, and whether another form of the same sum is faster
 on this CPU. That is how ``conv1x1_filter_grad``'s 'auto' was chosen per CPU kind (resnet/model/cpu_kernels.py).
+The layers are the model's plan (resnet/model/plan.py).
 
 Forms (same results up to summation order; ``dx_conv`` is checked against TensorFlow's input gradient):
   fwd, dw, dx     TensorFlow's Conv2D, Conv2DBackpropFilter, Conv2DBackpropInput (oneDNN on x86).
@@ -49,31 +50,15 @@ def define_flags() -> None:
 
 
 def model_shapes(resnet_depth: int, image_size: int) -> List[Shape]:
-  """The model's convolutions, one entry per distinct shape with its count, in model order (our v1.5 layout:
-  stride on the 3x3 of a bottleneck, on the first 3x3 of a basic block, and on the 1x1 projection of each group's
-  first block)."""
-  from params.architectures import architecture  # pylint: disable=g-import-not-at-top
-  spec = architecture(resnet_depth)
-  side = -(-image_size // 2)
-  shapes: List[Shape] = [(7, 3, 64, 2, image_size, 1)]
-  side = -(-side // 2)   # the max pool
-  channels = 64
-  bottleneck = spec.kind == 'bottleneck'
-  for group, (blocks, filters) in enumerate(zip(spec.blocks, (64, 128, 256, 512))):
-    for b in range(blocks):
-      stride = 2 if group > 0 and b == 0 else 1
-      out = filters * spec.expansion
-      if bottleneck:
-        shapes += [(1, channels, filters, 1, side, 1), (3, filters, filters, stride, side, 1),
-                   (1, filters, out, 1, -(-side // stride), 1)]
-      else:
-        shapes += [(3, channels, filters, stride, side, 1), (3, filters, filters, 1, -(-side // stride), 1)]
-      if b == 0:   # the reference projects the shortcut of every group's first block, even where shapes agree
-        shapes.append((1, channels, out, stride, side, 1))
-      side, channels = -(-side // stride), out
+  """The model's convolutions, one entry per distinct shape with its count, in creation order: the model's own
+  plan (resnet/model/plan.py, which its tests check against the built model), with each input's side."""
+  from params.model_config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from resnet.model import plan  # pylint: disable=g-import-not-at-top
   merged: Dict[Tuple[int, ...], int] = {}
-  for s in shapes:
-    merged[s[:5]] = merged.get(s[:5], 0) + 1
+  for c in plan.conv_shapes(ModelConfig(resnet_depth=resnet_depth)):
+    if not c.pooled:   # squeeze-excitation's 1x1 convs on pooled maps: not a convolution's cost
+      key = (c.kernel, c.cin, c.cout, c.stride, plan.feature_size(image_size, c.reduction // c.stride))
+      merged[key] = merged.get(key, 0) + 1
   return [k + (n,) for k, n in merged.items()]
 
 

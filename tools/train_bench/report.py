@@ -11,6 +11,10 @@ TARGET_VS_TORCH = 1.30          # ours over PyTorch eager, each precision, every
 TARGET_VS_TORCH_COMPILE = 1.30  # ours over PyTorch under torch.compile (inductor), each precision, every CPU
 TARGET_CONV_CEILING = {'float32': 0.85, 'bfloat16': 0.40}  # of the measured conv ceiling; bf16 on AMX CPUs only
 TARGET_REAL_VS_SYNTHETIC = 0.95
+# The peers ours is rated against, in the targets' order: (row kind, name in the target line, target).
+PEER_TARGETS = (('keras', 'Keras fit', TARGET_VS_KERAS), ('torch', 'PyTorch eager', TARGET_VS_TORCH),
+                ('torch_compile', 'PyTorch torch.compile', TARGET_VS_TORCH_COMPILE))
+NO_ROW = {'keras': 'Keras', 'torch': 'PyTorch', 'torch_compile': 'torch.compile'}
 NOISE_OTHERS = 0.10  # other processes using > 10% of the cores during a timed window: a noisy figure
 
 
@@ -84,30 +88,15 @@ def target_lines(results: Results) -> List[str]:
   def cpu_note(a: Row, b: Row, fmt: str) -> str:
     return f' [noisy run; CPU-normalised: {fmt.format(a.cpu_normalised / b.cpu_normalised)}]' if noisy else ''
 
-  for p in results.cfg.precisions:
-    ours, keras_row = results.find('ours', p), results.find('keras', p)
-    if ours and keras_row:
-      r = results.vs_keras(ours)
-      out.append(f'{mark(r.value >= TARGET_VS_KERAS)}  ours vs Keras fit, {p}: {format_ratio(r)} '
-                 f'(target >= {TARGET_VS_KERAS:.2f}x){cpu_note(ours, keras_row, "{:.2f}x")}')
-    else:
-      out.append(f'n/a   ours vs Keras fit, {p}: no Keras row')
-  for p in results.cfg.precisions:
-    ours, torch_row = results.find('ours', p), results.find('torch', p)
-    if ours and torch_row:
-      r = results.vs_torch(ours)
-      out.append(f'{mark(r.value >= TARGET_VS_TORCH)}  ours vs PyTorch eager, {p}: {format_ratio(r)} '
-                 f'(target >= {TARGET_VS_TORCH:.2f}x){cpu_note(ours, torch_row, "{:.2f}x")}')
-    elif ours:
-      out.append(f'n/a   ours vs PyTorch eager, {p}: no PyTorch row')
-  for p in results.cfg.precisions:
-    ours, compiled = results.find('ours', p), results.find('torch_compile', p)
-    if ours and compiled:
-      r = results.vs_torch_compile(ours)
-      out.append(f'{mark(r.value >= TARGET_VS_TORCH_COMPILE)}  ours vs PyTorch torch.compile, {p}: {format_ratio(r)} '
-                 f'(target >= {TARGET_VS_TORCH_COMPILE:.2f}x){cpu_note(ours, compiled, "{:.2f}x")}')
-    elif ours:
-      out.append(f'n/a   ours vs PyTorch torch.compile, {p}: no torch.compile row')
+  for kind, peer_name, target in PEER_TARGETS:
+    for p in results.cfg.precisions:
+      ours, peer = results.find('ours', p), results.find(kind, p)
+      if ours and peer:
+        r = results.vs(kind, ours)
+        out.append(f'{mark(r.value >= target)}  ours vs {peer_name}, {p}: {format_ratio(r)} '
+                   f'(target >= {target:.2f}x){cpu_note(ours, peer, "{:.2f}x")}')
+      elif ours:
+        out.append(f'n/a   ours vs {peer_name}, {p}: no {NO_ROW[kind]} row')
   for p in results.cfg.precisions:
     ours, target = results.find('ours', p), TARGET_CONV_CEILING[p]
     if not ours:

@@ -240,20 +240,20 @@ class Results:
         return row
     return None
 
+  def vs(self, kind: str, row: Row) -> Optional[Ratio]:
+    """The row against the ``kind`` row of the same precision (keras: keras.applications fit; torch: PyTorch eager;
+    torch_compile: PyTorch under torch.compile); None for that row itself, or without one."""
+    peer = self.find(kind, row.precision)
+    return ratio(row, peer) if peer is not None and row is not peer else None
+
   def vs_keras(self, row: Row) -> Optional[Ratio]:
-    """The row against keras.applications fit of the same precision (None for that row itself, or without it)."""
-    keras_row = self.find('keras', row.precision)
-    return ratio(row, keras_row) if keras_row is not None and row is not keras_row else None
+    return self.vs('keras', row)
 
   def vs_torch(self, row: Row) -> Optional[Ratio]:
-    """The row against PyTorch's row of the same precision (None for that row itself, or without it)."""
-    torch_row = self.find('torch', row.precision)
-    return ratio(row, torch_row) if torch_row is not None and row is not torch_row else None
+    return self.vs('torch', row)
 
   def vs_torch_compile(self, row: Row) -> Optional[Ratio]:
-    """The row against PyTorch's torch.compile row of the same precision (None for that row, or without it)."""
-    compiled = self.find('torch_compile', row.precision)
-    return ratio(row, compiled) if compiled is not None and row is not compiled else None
+    return self.vs('torch_compile', row)
 
   def ceiling(self, precision: str, kernel: str = 'conv') -> float:
     """The measured GFLOP/s of ``kernel`` in ``precision``; NaN when not measured."""
