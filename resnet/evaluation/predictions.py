@@ -58,8 +58,8 @@ class LabelledPredictions:
 
 class LabelledMultiLabel:
   """Predict on labelled multi-label data: mAP, micro AP and F1 at 0.5 and at the run's thresholds, per class
-  (label_metrics.exact_report: the numbers eval reports for the same logits), from each image's logits; from its
-  probabilities where a deployed file serves only those (then they are the scores that rank, ties and all)."""
+  (label_metrics.exact_report, eval's function): ranked by each image's logits (by its probabilities where a
+  deployed file serves only those, ties and all), decided by the served probabilities, as the CSV is."""
 
   def __init__(self, params: Params, thresholds: Sequence[float], names: Optional[List[str]] = None):
     self.params = params
@@ -80,10 +80,10 @@ class LabelledMultiLabel:
     if not self.labels:
       return None
     labels, served = np.stack(self.labels), np.stack(self.probabilities)
-    if len(self.logits) == len(self.labels):
-      report = label_metrics.exact_report(np.stack(self.logits), labels, self.names, self.thresholds)
-    else:   # a deployed file: its probabilities rank and decide
-      report = label_metrics.exact_report(served, labels, self.names, self.thresholds, served=served)
+    # The logits rank (a float32 sigmoid saturates above ~17), where the run has them; a deployed file's
+    # probabilities rank otherwise. The served probabilities decide either way, as the CSV beside the report does.
+    scores = np.stack(self.logits) if len(self.logits) == len(self.labels) else served
+    report = label_metrics.exact_report(scores, labels, self.names, self.thresholds, served=served)
     report['num_examples'] = len(labels)
     path = f'{os.path.splitext(output)[0]}_report.json'
     files.atomic_write(path, json.dumps(report, indent=2, sort_keys=True))

@@ -34,7 +34,7 @@ class Row:
   agreement_name: str = 'top-1 agreement'  # what ``agreement`` measures (the answers' agreement_name)
   class_agreement: float = 1.0  # the Jaccard index of its worst class: of the images either puts in it, both do
   worst_class: str = ''         # that class ('3 (cat)'); '' for the SavedModel, or where no class was compared
-  refused_by: str = 'deploy_min_agreement'  # the floor it missed, where not kept
+  refused_by: str = ''  # the floor it missed, where not kept ('' for a kept file)
   classes_too_small: int = 0  # classes compared but decided for under answers.CLASS_MIN_IMAGES images: not judged
 
 

@@ -7,7 +7,7 @@ one message when they are missing.
 """
 import importlib
 import time
-from typing import Dict, List, Union
+from typing import Dict, Union
 
 import numpy as np
 
@@ -49,11 +49,7 @@ class Model:
 
   def probabilities(self, images: np.ndarray, batch_size: int = 32) -> np.ndarray:
     """[N, S, S, 3] images 0..255 -> [N, classes] probabilities, in batches (the batch dimension is dynamic)."""
-    images = np.asarray(images, np.float32)
-    outputs: List[np.ndarray] = []
-    for start in range(0, len(images), batch_size):
-      outputs.append(self.session.run(['probabilities'], {self.input.name: images[start:start + batch_size]})[0])
-    return np.concatenate(outputs).astype(np.float32)
+    return self.outputs(images, batch_size)['probabilities'].astype(np.float32)
 
   def outputs(self, images: np.ndarray, batch_size: int = 32) -> Dict[str, np.ndarray]:
     """Every output the file serves by name (``probabilities``, ``classes``, multi-label ``labels``), in batches."""

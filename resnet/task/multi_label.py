@@ -126,8 +126,7 @@ class MultiLabel(task.Task):
   def per_example_loss(self, logits: tf.Tensor, targets_: tf.Tensor, training: bool = False) -> tf.Tensor:
     weights = self.params['class_weights']
     weights = tf.constant(weights, tf.float32) if training and weights is not None else None
-    return per_example_loss(logits, targets_, self.params['bce_target_threshold'], weights,
-                            float(self.params.get('label_smoothing') or 0.0))
+    return per_example_loss(logits, targets_, self.params['bce_target_threshold'], weights, self._smoothing())
 
   def balanced_class_weights(self, counts: Sequence[int], num_images: int) -> List[float]:
     """Each class's negatives / positives, the weight of its positives (PyTorch's BCEWithLogitsLoss pos_weight):

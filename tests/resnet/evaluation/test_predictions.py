@@ -3,6 +3,7 @@ eval counts them."""
 import json
 
 import numpy as np
+import pytest
 
 from resnet.evaluation import label_metrics
 from resnet.evaluation import predictions
@@ -16,10 +17,10 @@ def _params(tmp_path):
                             task='multi_label')
 
 
-def _predict(tmp_path, labels, logits, thresholds, with_logits=True):
+def _predict(tmp_path, labels, logits, thresholds, with_logits=True, served=None):
   """predict's CSV and report over these images' predictions, an eval padding row after each."""
   rows = predictions.MultiLabelRows(_params(tmp_path), ['a', 'b', 'c'], thresholds)
-  served = 1 / (1 + np.exp(-logits.astype(np.float64)))
+  served = 1 / (1 + np.exp(-logits.astype(np.float64))) if served is None else served
   outputs = []
   for i, (label, z, p) in enumerate(zip(labels, logits, served.astype(np.float32))):
     outputs.append({'filename': f'{i}.jpg'.encode(), 'label': label, 'probabilities': p,
@@ -44,6 +45,16 @@ def test_predicts_labelled_report_is_evals_for_the_same_logits(tmp_path):
   for key in ('mAP', 'micro_AP', 'micro_f1', 'macro_f1', 'micro_f1_tuned', 'macro_f1_tuned', 'label_thresholds',
               'per_class'):
     assert written[key] == evaluated[key], key
+
+
+def test_the_report_decides_with_the_probabilities_the_csv_decides_with(tmp_path):
+  """The logits rank, the served probabilities decide, as in the CSV beside the report: an image whose served
+  probability (0.49) is below the threshold is a miss in both, whatever sigmoid(logit) (0.5025) would say."""
+  labels = np.array([[1, 0, 0], [1, 0, 0]])
+  logits = np.array([[0.01, -5, -5], [5, -5, -5]], np.float32)
+  served = np.array([[0.49, 0.01, 0.01], [0.99, 0.01, 0.01]], np.float32)
+  written = _predict(tmp_path, labels, logits, [0.5, 0.5, 0.5], served=served)
+  assert written['micro_f1_tuned'] == pytest.approx(2 / 3)   # 1 hit, 1 miss; deciding by the logits: 1.0
 
 
 def test_a_deployed_files_probabilities_are_its_scores(tmp_path):
