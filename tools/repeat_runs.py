@@ -14,6 +14,7 @@ and unseeded runs override a seed the config sets (``random_seed=null``).
 """
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,40 @@ def check_args(args: Sequence[str], instead: str = '--seeds=1,2,3 (or --runs=N u
   """The runs' seeding is this tool's (and tools.time_to_accuracy's) to set, never the command's."""
   if any(a.startswith('--random_seed') for a in args):
     raise app.UsageError(f'Seeds are this tool\'s to set: use {instead}, not --random_seed.')
+  if any(a.startswith(('--model_dir', '--mode')) for a in args):
+    raise app.UsageError('--model_dir and --mode are this tool\'s to set (a model_dir of its own per run, '
+                         'train_and_eval): leave them out of the run flags.')
+
+
+STOP_GRACE_SECONDS = 120.0   # SIGTERM saves a checkpoint first; after this long, SIGKILL
+# SIGTERM is sent again this often until the run ends: one that lands before resnet_main handles signals (its
+# start-up) or during an evaluation does not stop training.
+RESEND_SECONDS = 5.0
+
+
+def stop_with_parent() -> None:
+  """(A Popen preexec_fn.) The run gets SIGTERM (and saves a checkpoint) when the tool that started it dies,
+  however it dies (Linux): tools.sweep's trials and tools.time_to_accuracy's runs."""
+  try:
+    import ctypes  # pylint: disable=g-import-not-at-top
+    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+  except (OSError, AttributeError):
+    pass
+
+
+def stop_run(proc: subprocess.Popen) -> None:
+  """Stops a resnet_main run the way a user's Ctrl-C would, and surely: SIGTERM (a checkpoint and a clean exit),
+  again every RESEND_SECONDS, then SIGKILL after STOP_GRACE_SECONDS."""
+  deadline = time.time() + STOP_GRACE_SECONDS
+  while proc.poll() is None and time.time() < deadline:
+    proc.send_signal(signal.SIGTERM)
+    try:
+      proc.wait(timeout=max(0.0, min(RESEND_SECONDS, deadline - time.time())))
+    except subprocess.TimeoutExpired:
+      pass
+  if proc.poll() is None:
+    proc.kill()
+    proc.wait()
 
 
 def new_model_dirs(output_dir: str, name: str, count: int,

@@ -62,6 +62,7 @@ from absl import flags
 from params import params_yaml
 from params import resnet_config
 from params import validation
+from tools import repeat_runs
 
 FLAGS = flags.FLAGS
 STUDY_NAME = 'sweep'
@@ -267,16 +268,6 @@ def trial_command(args: Sequence[str], model_dir: str, values: Mapping[str, Any]
           f'--param_overrides={json.dumps(overrides)}']
 
 
-def stop_with_parent() -> None:
-  """A trial gets SIGTERM (and saves a checkpoint) when its worker dies, however it dies (Linux); also
-  tools.time_to_accuracy's runs."""
-  try:
-    import ctypes  # pylint: disable=g-import-not-at-top
-    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
-  except (OSError, AttributeError):
-    pass
-
-
 def _read_json(path: str) -> Optional[Dict[str, Any]]:
   try:
     with open(path) as f:
@@ -312,7 +303,8 @@ def run_trial(trial, model_dir: str, command: Sequence[str], space: Space, deadl
   stop: Optional[Outcome] = None
   last_beat = 0.0
   with open(model_dir + '.log', 'a') as log:
-    proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, preexec_fn=stop_with_parent)
+    proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=repeat_runs.stop_with_parent)
 
     def report() -> Optional[Outcome]:
       """The trial's newest evaluation to Optuna, once; the pruner's verdict."""
@@ -337,13 +329,10 @@ def run_trial(trial, model_dir: str, command: Sequence[str], space: Space, deadl
           step = (_read_json(results_path) or {}).get('global_step')
           stop = Outcome('fail', why=BUDGET, detail=f'{BUDGET} (last evaluation: step {step}); the next run of the '
                          'sweep resumes it')
-        if stop is not None and proc.poll() is None:
-          proc.send_signal(signal.SIGTERM)
-          proc.wait()
+        if stop is not None:
+          repeat_runs.stop_run(proc)
     except (KeyboardInterrupt, _Interrupted):
-      if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait()
+      repeat_runs.stop_run(proc)
       raise
   if stop is not None:
     return stop

@@ -62,8 +62,8 @@ if __package__ in (None, ''):
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from resnet.estimator import files  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tools import repeat_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from tools import sweep  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
 RESULTS_FILE = 'eval_results.json'   # the estimator's evaluation 'eval': model_dir/<name>_results.json
@@ -72,11 +72,6 @@ KERAS_SCHEDULES = ('cosine', 'constant')
 _NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.-]*')
 # resnet_main's progress line (resnet/estimator/estimator.py, _Progress.line): 'step 50/600 loss=... 123.4 img/s ETA'
 _PROGRESS = re.compile(r'\bstep (\d+)/\d+ .* ([0-9.]+) img/s ETA')
-STOP_GRACE_SECONDS = 120.0   # SIGTERM saves a checkpoint first; after this long, SIGKILL
-# SIGTERM is sent again this often until the run ends: one that lands before resnet_main handles signals (start-up)
-# or during an evaluation is not a training stop, and runs of releases before the fix of a SIGTERM during a chunk's
-# last checkpoint (Estimator.train now honours it) trained on after it.
-RESEND_SECONDS = 5.0
 
 
 class MetricError(ValueError):
@@ -131,8 +126,6 @@ def parse_recipe(text: str) -> Recipe:
   except ValueError as e:
     raise app.UsageError(f'--recipe={text!r}: its flags are not valid shell words ({e}).') from e
   repeat_runs.check_args(args, instead='--runs=N (runs here are unseeded)')
-  if any(a.startswith(('--model_dir', '--mode')) for a in args):
-    raise app.UsageError(f'--recipe={text!r}: --mode and --model_dir are this tool\'s to set; remove them.')
   return Recipe(name, args)
 
 
@@ -184,21 +177,6 @@ def metric_value(record: Mapping[str, Any], metric: str, path: str) -> float:
   return float(value)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-  """SIGTERM (resnet_main: a checkpoint and a clean exit), again every RESEND_SECONDS, then SIGKILL after
-  STOP_GRACE_SECONDS."""
-  deadline = time.time() + STOP_GRACE_SECONDS
-  while proc.poll() is None and time.time() < deadline:
-    proc.send_signal(signal.SIGTERM)
-    try:
-      proc.wait(timeout=max(0.0, min(RESEND_SECONDS, deadline - time.time())))
-    except subprocess.TimeoutExpired:
-      pass
-  if proc.poll() is None:
-    proc.kill()
-    proc.wait()
-
-
 def watch(command: Sequence[str], model_dir: str, log_path: str, metric: str, target: float, goal: str,
           max_minutes: float, stop_at_target: bool = True, poll_seconds: float = 0.5) -> Dict[str, Any]:
   """Runs ``command`` (which evaluates into ``model_dir/eval_results.json``) and times it to the target.
@@ -235,7 +213,7 @@ def watch(command: Sequence[str], model_dir: str, log_path: str, metric: str, ta
 
   start = time.time()
   with open(log_path, 'w') as log:
-    proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, preexec_fn=sweep.stop_with_parent)
+    proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, preexec_fn=repeat_runs.stop_with_parent)
     try:
       while proc.poll() is None:
         time.sleep(poll_seconds)
@@ -245,10 +223,10 @@ def watch(command: Sequence[str], model_dir: str, log_path: str, metric: str, ta
         elif time.time() - start >= 60.0 * max_minutes:
           run['stopped'] = 'cap'
         if run['stopped']:
-          _stop(proc)
+          repeat_runs.stop_run(proc)
       look()   # the last evaluation, written just before the process ended
     finally:   # a MetricError, Ctrl-C: the run does not outlive the watcher
-      _stop(proc)
+      repeat_runs.stop_run(proc)
   run['exit_code'] = proc.returncode
   run['wall_minutes'] = round((time.time() - start) / 60.0, 4)
   return run
@@ -326,7 +304,6 @@ def run_keras_child(model_dir: str, application: str, learning_rate: float, sche
   if params.task == 'multi_label':
     raise app.UsageError('The Keras row measures top-1 of single-label data; this data is multi-label.')
   import keras  # pylint: disable=g-import-not-at-top
-  from resnet.estimator import files  # pylint: disable=g-import-not-at-top
   from tools import compare_keras_fit  # pylint: disable=g-import-not-at-top
   build = getattr(keras.applications, application, None)
   if not callable(build):
@@ -370,12 +347,6 @@ def run_keras_child(model_dir: str, application: str, learning_rate: float, sche
 
 
 # ------------------------------------------------------------------------------------------------ main
-def _write(path: str, payload: Mapping[str, Any]) -> None:
-  with open(path + '.tmp', 'w') as f:
-    json.dump(payload, f, indent=1)
-  os.replace(path + '.tmp', path)
-
-
 def main(argv: Sequence[str]) -> None:
   common = list(argv[1:])
   if FLAGS.keras_child:
@@ -410,7 +381,7 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(str(e)) from e
       run['images_per_sec'] = (keras_images_per_sec(run) if recipe.keras else log_images_per_sec(run['log']))
       results[recipe.name].append(run)
-      _write(os.path.join(FLAGS.output_dir, OUTPUT_FILE), payload)
+      files.atomic_write(os.path.join(FLAGS.output_dir, OUTPUT_FILE), json.dumps(payload, indent=1))
       at = (f'{FLAGS.metric} {run["value"]:.4f} at step {run["step"]} after {run["minutes"]:.2f} min'
             if run['reached'] else
             f'not reached (best {run["best"]}, {run["stopped"] or "ended"}, exit {run["exit_code"]})')

@@ -82,6 +82,8 @@ def write_session(estimator: Any, params: Mapping[str, Any]) -> bool:
   estimator.write_tensors('train', 0, {value.tag: (np.zeros([0], np.float32), value.metadata)})
   files.atomic_write(os.path.join(model_dir, SESSION_FILE),
                      json.dumps({'start_time_secs': start, 'hparams': hparams}, indent=1, sort_keys=True))
+  logging.info('HParams session for TensorBoard (%s): %s.', os.path.join(model_dir, SESSION_FILE),
+               ', '.join(f'{k}={v}' for k, v in hparams.items()))
   return True
 
 

@@ -65,7 +65,7 @@ def test_the_first_evaluation_at_the_target_gives_minutes_and_step_and_stops_the
 
 def test_a_lost_sigterm_is_sent_again(tmp_path, monkeypatch):
   # One that lands before resnet_main handles signals, or where no training loop can honour it, does not stop it.
-  monkeypatch.setattr(tta, 'RESEND_SECONDS', 0.5)
+  monkeypatch.setattr(tta.repeat_runs, 'RESEND_SECONDS', 0.5)
   run, stopped = _watch(tmp_path, max_minutes=1.0, deaf=True)
   assert run['stopped'] == 'target' and run['step'] == 30 and stopped['last_step'] == 30
   assert stopped['seconds'] < 4.0 and run['exit_code'] == 0
@@ -126,6 +126,10 @@ def test_recipes_are_name_equals_flags_and_bad_ones_are_refused():
       tta.parse_recipe(text)
   with pytest.raises(app.UsageError, match='more than once: a'):
     tta.plan_recipes(['a=', 'a=--train_steps=3'], None)
+  # The common flags too (after --): a --model_dir there would win over each run's and make runs 2..N resume run 1.
+  for common in (['--data_dir=d', '--model_dir=x'], ['--mode=train']):
+    with pytest.raises(app.UsageError, match="this tool's to set"):
+      tta.repeat_runs.check_args(common)
   assert [r.name for r in tta.plan_recipes([], 'ResNet50')] == ['ours', 'keras-ResNet50']
 
 

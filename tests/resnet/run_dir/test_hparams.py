@@ -105,7 +105,8 @@ def test_a_folder_of_runs_shows_each_run_with_its_params_and_metrics_and_a_resum
   data_dir = cli.make_tiny_dataset(str(tmp_path / 'data'))
   runs = tmp_path / 'runs'
   _train(data_dir, runs / 'a', '--train_steps=4')
-  _train(data_dir, runs / 'b', '--train_steps=4', '--base_learning_rate=0.01', '--label_smoothing=0.1')
+  logged = _train(data_dir, runs / 'b', '--train_steps=4', '--base_learning_rate=0.01', '--label_smoothing=0.1').log
+  assert 'HParams session for TensorBoard' in logged and 'base_learning_rate=0.01' in logged   # what it records
   for name, lr in (('a', 0.1), ('b', 0.01)):
     model_dir = str(runs / name)
     sessions = _session_hparams(model_dir)
