@@ -25,6 +25,8 @@ import shlex
 import urllib.parse
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from tools.convert.splits import SPLIT_WORDS
+
 # The metadata columns Label Studio's CSV and JSON-MIN add to each record: never the path or the label column.
 LABEL_STUDIO_METADATA = ('id', 'annotator', 'annotation_id', 'created_at', 'updated_at', 'lead_time', 'agreement')
 UPLOAD_PREFIX = re.compile(r'^[0-9a-f]{8}-')  # Label Studio renames an upload <8 hex of a uuid4>-<name>
@@ -143,7 +145,7 @@ def cvat_table(path: str, f) -> Optional[Tuple[List[str], List[Tuple[int, list]]
   with open(synsets_path, encoding='utf-8-sig') as s:
     classes = [line.strip() for line in s if line.strip()]
   subset = os.path.splitext(os.path.basename(path))[0].lower()
-  split = subset if subset in ('train', 'validation', 'val', 'test') else None
+  split = subset if subset in SPLIT_WORDS else None   # the split column's word, read as labels_csv reads it
   body, bad = [], []
   for number, line in enumerate(f, start=1):
     if not line.strip():

@@ -30,8 +30,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from official_input import image_normalisation
 from tools.convert import label_exports
+from tools.convert.splits import SPLIT_WORDS
 
-SPLIT_VALUES = {'train': 'train', 'validation': 'validation', 'val': 'validation', 'test': 'test'}
 IS_VALID = 'is_valid'  # fastai's split column: True is validation, False train
 IS_VALID_VALUES = {'true': 'validation', '1': 'validation', 'false': 'train', '0': 'train'}
 ONE_HOT_VALUES = {'0': False, '1': True, '0.0': False, '1.0': True, 'true': True, 'false': False}
@@ -272,7 +272,7 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
       continue
     split = None
     if split_i is not None:
-      values = IS_VALID_VALUES if header[split_i].lower() == IS_VALID else SPLIT_VALUES
+      values = IS_VALID_VALUES if header[split_i].lower() == IS_VALID else SPLIT_WORDS
       split = values.get(_text(cells[split_i]).strip().lower())
       if split is None:
         bad_split.append(f'line {number} {_text(cells[split_i]).strip()!r}')
@@ -311,7 +311,7 @@ def read(csv_path: str, image_dir: str, files: Sequence[str], columns: Columns =
     problems.append(_listed(repeated, 'rows name a label twice'))
   if bad_split:
     problems.append(_listed(bad_split, f'rows have an unknown {header[split_i]!r} value (use ' + (
-        'True or False' if header[split_i].lower() == IS_VALID else 'train, validation, val or test') + ')'))
+        'True or False' if header[split_i].lower() == IS_VALID else ', '.join(SPLIT_WORDS)) + ')'))
   if problems:
     raise ValueError(f'{csv_path}: ' + '. '.join(problems) + '. Nothing was written.')
   if not rows:

@@ -14,9 +14,8 @@ import re
 from typing import Dict, List, Optional, Sequence
 
 from official_input import file_walk
+from tools.convert.splits import SPLIT_WORDS
 
-SPLIT_WORDS = {'train': 'train', 'training': 'train', 'val': 'validation', 'valid': 'validation',
-               'validation': 'validation', 'dev': 'validation', 'test': 'test', 'testing': 'test'}
 _RANGE = re.compile(r'^(-?\d+)\.\.(-?\d+)$')
 
 

@@ -18,11 +18,9 @@ from official_input import file_walk
 
 from tools.convert import labels_csv
 from tools.convert import stratify
-from tools.convert.splits import SPLITS, split_class_items
+from tools.convert.splits import SPLIT_WORDS, SPLITS, split_class_items
 
 SYNSET_LABELS_FILE = 'synset_labels.txt'
-_SPLIT_DIRS = {'train': 'train', 'val': 'validation', 'valid': 'validation', 'validation': 'validation',
-               'test': 'test'}  # valid/: Roboflow's exports
 RATIO_LAYOUTS = ('class_folders', 'labels_csv', 'webdataset', 'parquet')  # the layouts split by the ratios
 
 
@@ -97,13 +95,14 @@ def _read_synset_labels(root: str, num_files: int) -> List[str]:
 
 def _split_folder_plan(root: str, split_dirs: List[str], walker: '_Walker') -> Plan:
   """Layouts (b) and (c): keep the given split."""
-  val_dirs = [d for d in split_dirs if _SPLIT_DIRS[d] == 'validation']
-  if len(val_dirs) > 1:
-    raise ValueError(f'{root} has both val/ and validation/: keep one.')
+  for split in SPLITS:
+    named = [f'{d}/' for d in split_dirs if SPLIT_WORDS[d.lower()] == split]
+    if len(named) > 1:
+      raise ValueError(f'{root} has {" and ".join(named)}, both {split} folders: keep one.')
   splits: Dict[str, List[Item]] = {s: [] for s in SPLITS}
   layout, folder_classes, loose_files = 'split_folders', set(), []
   for d in split_dirs:
-    split, path = _SPLIT_DIRS[d], os.path.join(root, d)
+    split, path = SPLIT_WORDS[d.lower()], os.path.join(root, d)
     if os.path.isfile(os.path.join(path, '_classes.csv')):
       raise ValueError(f"{path} holds _classes.csv (Roboflow's CSV export, a CSV per split): export the data set "
                        "as 'Folder Structure' instead (its train/, valid/, test/ class folders convert as they are), "
@@ -239,15 +238,15 @@ def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1)
                                  _Walker(raw_data_dir), multi_label), seed)
   dirs = _subdirs(raw_data_dir)
   expected = ('expected class folders (<root>/<class>/<images>), split folders (<root>/train/<class>/... with '
-              'val/, valid/ or validation/, optionally test/), or the ImageNet layout (train/<synset>/*.JPEG, flat '
+              'val/, valid/, validation/ or dev/, optionally test/; training/ and testing/ too), or the ImageNet layout (train/<synset>/*.JPEG, flat '
               f'validation/*.JPEG and {SYNSET_LABELS_FILE})')
   if not dirs:
     raise ValueError(f'{raw_data_dir} has no subfolders: {expected}.')
   walker = _Walker(raw_data_dir)
-  split_dirs = [d for d in dirs if d in _SPLIT_DIRS]
+  split_dirs = [d for d in dirs if d.lower() in SPLIT_WORDS]
   if split_dirs:
-    others = [d for d in dirs if d not in _SPLIT_DIRS]
-    if others or 'train' not in split_dirs:
+    others = [d for d in dirs if d.lower() not in SPLIT_WORDS]
+    if others or 'train' not in {SPLIT_WORDS[d.lower()] for d in split_dirs}:
       raise ValueError(f'{raw_data_dir} is ambiguous: split folders {split_dirs} next to {others or "no train/"}; '
                        f'{expected}.')
     plan = _split_folder_plan(raw_data_dir, split_dirs, walker)

@@ -122,8 +122,8 @@ def test_unknown_columns_and_splits_name_what_is_there(tmp_path):
                                        r"\['image_name', 'tags'\]"):
     _convert(raw, tmp_path / 'out', path, csv_columns=labels_csv.Columns(label='label'))
   bad = _csv(tmp_path / 'split.csv', [(n, l, 'holdout') for n, l in rows], header=('image', 'label', 'split'))
-  with pytest.raises(ValueError, match=r"2 rows have an unknown 'split' value \(use train, validation, val or "
-                                       r"test\): line 2 'holdout'"):
+  with pytest.raises(ValueError, match=r"2 rows have an unknown 'split' value \(use train, training, val, valid, "
+                                       r"validation, dev, test, testing\): line 2 'holdout'"):
     _convert(raw, tmp_path / 'out', bad)
 
 

@@ -66,7 +66,8 @@ def test_imagenet_layout_pairs_sorted_validation_files_with_synset_labels(tmp_pa
 @pytest.mark.parametrize('dirs, message', [
     ((), 'no subfolders'),
     (('cats', 'train'), 'ambiguous'),
-    (('train/x', 'val/x', 'validation/x'), 'both val/ and validation/'),
+    (('train/x', 'val/x', 'validation/x'), 'has val/ and validation/, both validation folders'),
+    (('train/x', 'Training/x'), 'has Training/ and train/, both train folders'),
     (('cats', 'dogs'), 'no files'),
 ])
 def test_ambiguous_or_empty_input_says_what_was_expected(tmp_path, dirs, message):
@@ -91,6 +92,17 @@ def test_links_are_followed_once_per_real_folder_and_file_and_loops_are_named(tm
   assert skipped[os.path.join('cat', 'all')].startswith('a link to a folder read already')
   assert skipped[os.path.join('cat', 'also_dog.jpg')] == f'a second way to one file (a link): {root}/dog/dog_00.jpg'
   assert summary['skipped_counts'] == {'a link to a folder read already': 1, 'a second way to one file': 1}
+
+
+def test_kaggles_training_and_testing_folders_are_split_folders_in_any_case(tmp_path):
+  """Kaggle's image sets often come as Training/ and Testing/ of class folders: the split words are one list
+  (tools/convert/splits.SPLIT_WORDS), read in any case, here as in file names and split columns."""
+  for split in ('Training', 'Testing'):
+    for c in ('cat', 'dog'):
+      drawn.rgb_jpegs(str(tmp_path / 'raw' / split / c), 2, seed=len(split) + len(c))
+  plan = plan_conversion(str(tmp_path / 'raw'))
+  assert plan.layout == 'split_folders' and plan.class_names == ['cat', 'dog']
+  assert {s: len(items) for s, items in plan.splits.items()} == {'train': 4, 'validation': 0, 'test': 4}
 
 
 def test_roboflows_folder_export_with_valid_keeps_the_split(tmp_path):
