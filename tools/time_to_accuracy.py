@@ -35,7 +35,17 @@ through tools.compare_keras_fit's tf.data pipeline (decode, resize, flip; the ap
 ``--keras_epochs`` (or constant), validation after every epoch. It runs in a fresh Python process of its own (this
 module with ``--keras_child``), whose callback writes each epoch's validation accuracy as ``eval_results.json``
 (global_step = epochs x batches per epoch) in its model_dir: the same watcher times it, the same way. Top-1 only
-(single-label data). A torchvision row is not implemented: the table says so.
+(single-label data).
+
+The torchvision row (``--torch_python=/path/to/venv/bin/python``, a scratch environment with torch and torchvision,
+never this project's): torchvision's reference recipe (``references/classification/train.py`` defaults at the run's
+size: SGD momentum 0.9, weight decay 1e-4, lr 0.1 x batch / 256, StepLR every third of ``--torchvision_epochs``,
+RandomResizedCrop + flip; tools/torchvision_recipe.py says it all) on ``torchvision.models.resnet<depth>`` at the
+common flags' depth, image size, batch and classes. The same records are first written out once as image files
+(``OUTPUT_DIR/torchvision_images/{train,validation}/<0-based label>/``, the encoded bytes as stored; not timed, as
+the records' conversion is not) by a child of this module (``--export_child``), since the torch environment has no
+TensorFlow to read TFRecords. Its runs write ``eval_results.json`` after each epoch, so the same watcher times them.
+Top-1 only (single-label data); without ``--torch_python`` the table says the row was not run.
 
 Output: the table (recipe, reached k/N, minutes to target median (min-max) over the runs that reached it, steps to
 target median, best value median (min-max) over all runs, img/s median), the command line, the CPU, and
@@ -49,6 +59,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -100,6 +111,16 @@ def define_flags() -> None:
                     '--keras_epochs, or constant.')
   flags.DEFINE_integer('keras_epochs', 30, 'Keras row: the epochs fit() is given (the cosine spans them).',
                        lower_bound=1)
+  flags.DEFINE_string('torch_python', None, 'Also time torchvision\'s reference recipe (tools/torchvision_recipe.py) '
+                      'with this Python: a scratch environment with torch and torchvision; unset = no torchvision row.')
+  flags.DEFINE_integer('torchvision_epochs', 30, 'torchvision row: epochs (StepLR drops 10x every third of them).',
+                       lower_bound=1)
+  flags.DEFINE_float('torchvision_learning_rate', None, 'torchvision row: SGD learning rate; unset = the reference\'s '
+                     '0.1 scaled to the batch (0.1 x batch / 256).', lower_bound=0.0)
+  flags.DEFINE_integer('torchvision_workers', 1, 'torchvision row: DataLoader worker processes (decoding small '
+                       'images keeps up with one; more take cores from the training).', lower_bound=0)
+  flags.DEFINE_string('export_child', None, 'Internal: write the common flags\' records as image files into this '
+                      'folder (the torchvision row\'s data), with spec.json of the run\'s sizes.')
   flags.DEFINE_string('keras_child', None, 'Internal: run one Keras fit in this process, writing its evaluations '
                       'into this model_dir.')
 
@@ -108,8 +129,8 @@ def define_flags() -> None:
 @dataclasses.dataclass(frozen=True)
 class Recipe:
   name: str
-  args: Tuple[str, ...]   # resnet_main flags after the common ones; the Keras row: none
-  keras: bool = False
+  args: Tuple[str, ...]   # resnet_main flags after the common ones; the Keras and torchvision rows: none
+  kind: str = 'ours'      # 'ours' (resnet_main), 'keras' or 'torchvision'
 
 
 def parse_recipe(text: str) -> Recipe:
@@ -129,10 +150,12 @@ def parse_recipe(text: str) -> Recipe:
   return Recipe(name, args)
 
 
-def plan_recipes(texts: Sequence[str], keras_application: Optional[str]) -> List[Recipe]:
+def plan_recipes(texts: Sequence[str], keras_application: Optional[str], torchvision: bool = False) -> List[Recipe]:
   recipes = [parse_recipe(t) for t in texts] or [Recipe('ours', ())]
   if keras_application:
-    recipes.append(Recipe(f'keras-{keras_application}', (), keras=True))
+    recipes.append(Recipe(f'keras-{keras_application}', (), kind='keras'))
+  if torchvision:
+    recipes.append(Recipe('torchvision', (), kind='torchvision'))
   names = [r.name for r in recipes]
   twice = sorted({n for n in names if names.count(n) > 1})
   if twice:
@@ -203,7 +226,7 @@ def watch(command: Sequence[str], model_dir: str, log_path: str, metric: str, ta
     value = metric_value(record, metric, path)
     minutes, step = max(0.0, mtime - start) / 60.0, record.get('global_step')
     evaluation = {'minutes': round(minutes, 4), 'step': step, 'value': value}
-    if 'images_per_sec' in record:   # the Keras child's epochs
+    if 'images_per_sec' in record:   # the Keras and torchvision children's epochs
       evaluation['images_per_sec'] = record['images_per_sec']
     run['evaluations'].append(evaluation)
     if better(value, run['best'], goal):
@@ -244,7 +267,8 @@ def log_images_per_sec(log_path: str) -> Optional[float]:
   return statistics.median(rates) if rates else None
 
 
-def keras_images_per_sec(run: Mapping[str, Any]) -> Optional[float]:
+def epoch_images_per_sec(run: Mapping[str, Any]) -> Optional[float]:
+  """The Keras and torchvision rows' img/s: the median over their epochs' records."""
   rates = [e['images_per_sec'] for e in run['evaluations'] if e.get('images_per_sec')]
   rates = rates[1:] if len(rates) > 1 else rates   # the first epoch traces the graph
   return statistics.median(rates) if rates else None
@@ -252,9 +276,9 @@ def keras_images_per_sec(run: Mapping[str, Any]) -> Optional[float]:
 
 # ------------------------------------------------------------------------------------------------ the table
 def table(results: Mapping[str, Sequence[Mapping[str, Any]]], metric: str, target: float, goal: str,
-          max_minutes: float, torch: str = 'not implemented (no torchvision row yet)') -> str:
+          max_minutes: float) -> str:
   """One row per recipe (reached k/N; minutes and steps to the target over the runs that reached it; the best
-  value over all; img/s); the torchvision row says what it is."""
+  value over all; img/s); without a torchvision row, a line says why."""
   sign = '>=' if goal == 'max' else '<='
   head = ['recipe', 'reached', f'minutes to {metric} {sign} {target:g}', 'steps to target', f'best {metric}',
           'img/s']
@@ -272,7 +296,8 @@ def table(results: Mapping[str, Sequence[Mapping[str, Any]]], metric: str, targe
     rows.append([name, f'{len(hit)}/{len(runs)}' + (f' ({len(failed)} failed)' if failed else ''), minutes, steps,
                  repeat_runs.spread(bests) if bests else '-',
                  f'{statistics.median(rates):.1f}' if rates else '-'])
-  rows.append(['torchvision', '-', torch, '', '', ''])
+  if 'torchvision' not in results:
+    rows.append(['torchvision', '-', 'not run (no --torch_python)', '', '', ''])
   widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
   fmt = lambda r: '  '.join(c.ljust(w) for c, w in zip(r, widths)).rstrip()   # noqa: E731
   return '\n'.join([fmt(rows[0]), '  '.join('-' * w for w in widths)] + [fmt(r) for r in rows[1:]])
@@ -346,9 +371,93 @@ def run_keras_child(model_dir: str, application: str, learning_rate: float, sche
             callbacks=[Report()], verbose=2)
 
 
+# ------------------------------------------------------------------------------------------------ the torchvision row
+TORCHVISION_IMAGES = 'torchvision_images'
+TORCHVISION_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'torchvision_recipe.py')
+
+
+def export_images(common: Sequence[str], out_dir: str) -> Dict[str, Any]:
+  """Writes the common flags' train and validation records as files ``out_dir/<split>/<label>/<index>.<ext>``
+  (the encoded bytes as stored, labels 0-based) and ``out_dir/spec.json`` with the run's depth, image size, batch
+  and classes; returns that spec. A folder holding a finished export (its spec.json) is reused."""
+  from resnet import resnet_flags  # pylint: disable=g-import-not-at-top
+  fv = flags.FlagValues()
+  resnet_flags.define_flags(fv)
+  fv(['resnet_main', '--mode=train_and_eval', *common])
+  params = resnet_flags.params_from_flags(fv)   # resnet_main's own reading of the common flags
+  if params.task == 'multi_label':
+    raise app.UsageError('The torchvision row measures top-1 of single-label data; this data is multi-label.')
+  spec = {'resnet_depth': params.resnet_depth, 'image_size': params.image_size,
+          'batch_size': params.train_batch_size, 'num_classes': params.num_label_classes,
+          'data_dir': params.data_dir, 'images': {}}
+  done = os.path.join(out_dir, 'spec.json')
+  if os.path.exists(done):
+    with open(done) as f:
+      old = json.load(f)
+    if {**old, 'images': {}} == spec:
+      return old
+  if os.path.exists(out_dir):   # half written, or another data set's or size's: written again
+    shutil.rmtree(out_dir)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from official_input import example_schema  # pylint: disable=g-import-not-at-top
+  features = {example_schema.ENCODED: tf.io.FixedLenFeature((), tf.string),
+              example_schema.LABEL: tf.io.FixedLenFeature((), tf.int64)}
+  for split in ('train', 'validation'):
+    pattern = os.path.join(params.data_dir, f'{split}-*')
+    paths = sorted(tf.io.gfile.glob(pattern))
+    if not paths:
+      raise FileNotFoundError(f'No {split} records match {pattern}.')
+    count = 0
+    for record in tf.data.TFRecordDataset(paths):
+      example = tf.io.parse_single_example(record, features)
+      data = example[example_schema.ENCODED].numpy()
+      label = int(example[example_schema.LABEL]) - 1   # stored labels are 1-based (the reference's background)
+      ext = '.png' if data[:8] == b'\x89PNG\r\n\x1a\n' else '.jpg'
+      folder = os.path.join(out_dir, split, str(label))
+      os.makedirs(folder, exist_ok=True)
+      with open(os.path.join(folder, f'{count:07d}{ext}'), 'wb') as f:
+        f.write(data)
+      count += 1
+    spec['images'][split] = count
+  files.atomic_write(done, json.dumps(spec, indent=1))   # written last: the export is whole
+  return spec
+
+
+def torchvision_command(model_dir: str, spec: Mapping[str, Any], images_dir: str) -> List[str]:
+  run_spec = {k: spec[k] for k in ('resnet_depth', 'image_size', 'batch_size', 'num_classes')}
+  run_spec.update(model_dir=model_dir, images_dir=images_dir, epochs=FLAGS.torchvision_epochs,
+                  learning_rate=FLAGS.torchvision_learning_rate, workers=FLAGS.torchvision_workers)
+  return [FLAGS.torch_python, TORCHVISION_SCRIPT, json.dumps(run_spec)]
+
+
+def prepare_torchvision(common: Sequence[str], output_dir: str) -> Tuple[Dict[str, Any], str]:
+  """Checks --torch_python and exports the images (in a child: TensorFlow stays out of this process, which
+  only watches); returns (spec, images folder)."""
+  from tools import torchvision_recipe  # pylint: disable=g-import-not-at-top
+  if not os.access(FLAGS.torch_python, os.X_OK):
+    raise app.UsageError(f'--torch_python={FLAGS.torch_python} is not an executable Python; point it at the python '
+                         'of a scratch environment with torch and torchvision (never this project\'s).')
+  images_dir = os.path.join(output_dir, TORCHVISION_IMAGES)
+  proc = subprocess.run([sys.executable, '-m', 'tools.time_to_accuracy', f'--export_child={images_dir}', '--',
+                         *common], capture_output=True, text=True, check=False)
+  if proc.returncode:
+    raise app.UsageError(f'Writing the torchvision row\'s images into {images_dir} failed:\n{proc.stderr[-3000:]}')
+  with open(os.path.join(images_dir, 'spec.json')) as f:
+    spec = json.load(f)
+  if spec['resnet_depth'] not in torchvision_recipe.DEPTHS:
+    raise app.UsageError(f'torchvision has no ResNet-{spec["resnet_depth"]} (it has '
+                         f'{", ".join(map(str, torchvision_recipe.DEPTHS))}): drop --torch_python or set '
+                         'resnet_depth to one of them.')
+  print(f'torchvision row: {spec["images"]} images written to {images_dir}', flush=True)
+  return spec, images_dir
+
+
 # ------------------------------------------------------------------------------------------------ main
 def main(argv: Sequence[str]) -> None:
   common = list(argv[1:])
+  if FLAGS.export_child:
+    export_images(common, FLAGS.export_child)
+    return
   if FLAGS.keras_child:
     run_keras_child(FLAGS.keras_child, FLAGS.keras_application, FLAGS.keras_learning_rate, FLAGS.keras_schedule,
                     FLAGS.keras_epochs, common)
@@ -356,14 +465,23 @@ def main(argv: Sequence[str]) -> None:
   if not FLAGS.output_dir or FLAGS.target is None:
     raise app.UsageError('--output_dir and --target are required (e.g. --output_dir=tta --target=0.95).')
   repeat_runs.check_args(common, instead='--runs=N (runs here are unseeded)')
-  recipes = plan_recipes(FLAGS.recipe, FLAGS.keras_application)
-  if FLAGS.keras_application and FLAGS.metric != 'top_1_accuracy':
-    raise app.UsageError(f'The Keras row reports top_1_accuracy only, not --metric={FLAGS.metric}: drop '
-                         '--keras_application or time top_1_accuracy.')
+  recipes = plan_recipes(FLAGS.recipe, FLAGS.keras_application, bool(FLAGS.torch_python))
+  if (FLAGS.keras_application or FLAGS.torch_python) and FLAGS.metric != 'top_1_accuracy':
+    raise app.UsageError(f'The Keras and torchvision rows report top_1_accuracy only, not --metric={FLAGS.metric}: '
+                         'drop --keras_application and --torch_python, or time top_1_accuracy.')
   fix = 'a timed run cannot be resumed (its clock would start at its checkpoint); pick another --output_dir'
   dirs = {r.name: repeat_runs.new_model_dirs(FLAGS.output_dir, r.name, FLAGS.runs, fix) for r in recipes}
   goal = metric_goal(FLAGS.metric)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
+  torchvision = prepare_torchvision(common, FLAGS.output_dir) if FLAGS.torch_python else None
+
+  def command_of(recipe: Recipe, model_dir: str) -> List[str]:
+    if recipe.kind == 'keras':
+      return keras_command(model_dir, common)
+    if recipe.kind == 'torchvision':
+      return torchvision_command(model_dir, *torchvision)
+    return repeat_runs.command([*common, *recipe.args], model_dir, None)
+
   invocation = shlex.join([os.path.basename(sys.executable), '-m', 'tools.time_to_accuracy', *sys.argv[1:]])
   results: Dict[str, List[Dict[str, Any]]] = {r.name: [] for r in recipes}
   payload = {'command': invocation, 'metric': FLAGS.metric, 'goal': goal, 'target': FLAGS.target,
@@ -372,14 +490,13 @@ def main(argv: Sequence[str]) -> None:
   for i in range(FLAGS.runs):
     for recipe in recipes:
       model_dir = dirs[recipe.name][i]
-      command = (keras_command(model_dir, common) if recipe.keras
-                 else repeat_runs.command([*common, *recipe.args], model_dir, None))
+      command = command_of(recipe, model_dir)
       try:
         run = watch(command, model_dir, model_dir + '.log', FLAGS.metric, FLAGS.target, goal, FLAGS.max_minutes,
                     FLAGS.stop_at_target, FLAGS.poll_seconds)
       except MetricError as e:
         raise app.UsageError(str(e)) from e
-      run['images_per_sec'] = (keras_images_per_sec(run) if recipe.keras else log_images_per_sec(run['log']))
+      run['images_per_sec'] = (log_images_per_sec(run['log']) if recipe.kind == 'ours' else epoch_images_per_sec(run))
       results[recipe.name].append(run)
       files.atomic_write(os.path.join(FLAGS.output_dir, OUTPUT_FILE), json.dumps(payload, indent=1))
       at = (f'{FLAGS.metric} {run["value"]:.4f} at step {run["step"]} after {run["minutes"]:.2f} min'
@@ -388,9 +505,8 @@ def main(argv: Sequence[str]) -> None:
       print(f'{recipe.name} run {i + 1}/{FLAGS.runs}: {at}; log {run["log"]}', flush=True)
   print(f'\n$ {invocation}')
   for recipe in recipes:
-    shown = (keras_command(f'{FLAGS.output_dir}/{recipe.name}-N', common) if recipe.keras
-             else repeat_runs.command([*common, *recipe.args], f'{FLAGS.output_dir}/{recipe.name}-N', None))
-    print(f'{recipe.name}: {shlex.join(["python", *shown[1:]])}')
+    shown = command_of(recipe, f'{FLAGS.output_dir}/{recipe.name}-N')
+    print(f'{recipe.name}: {shlex.join([shown[0] if recipe.kind == "torchvision" else "python", *shown[1:]])}')
   print(payload['machine'])
   print(f'{FLAGS.runs} unseeded run(s) each; runs stopped at the target: {FLAGS.stop_at_target}\n')
   print(table(results, FLAGS.metric, FLAGS.target, goal, FLAGS.max_minutes))

@@ -113,7 +113,10 @@ def test_the_table_gives_reached_k_of_n_minutes_and_steps_over_the_runs_that_rea
   assert lines[2].split() == ['lamb', '2/3', '2.50', '(2.00-3.00)', '325', '0.960', '(0.930-0.970)', '120.0']
   assert lines[3].split()[:2] == ['momentum', '0/2'] and '(1 failed)' in lines[3]
   assert 'not reached in 20 min (1 ended first)' in lines[3] and '0.600 (0.600-0.600)' in lines[3]
-  assert lines[4].split()[:3] == ['torchvision', '-', 'not']
+  assert lines[4].split() == ['torchvision', '-', 'not', 'run', '(no', '--torch_python)']
+  results['torchvision'] = [_run(True, 4.0, 64, 0.97, 90.0)]   # run: a row of its own, no line saying why not
+  lines = tta.table(results, 'top_1_accuracy', 0.95, 'max', 20).splitlines()
+  assert len(lines) == 5 and lines[4].split()[:4] == ['torchvision', '1/1', '4.00', '(4.00-4.00)']
 
 
 def test_recipes_are_name_equals_flags_and_bad_ones_are_refused():
@@ -130,7 +133,8 @@ def test_recipes_are_name_equals_flags_and_bad_ones_are_refused():
   for common in (['--data_dir=d', '--model_dir=x'], ['--mode=train']):
     with pytest.raises(app.UsageError, match="this tool's to set"):
       tta.repeat_runs.check_args(common)
-  assert [r.name for r in tta.plan_recipes([], 'ResNet50')] == ['ours', 'keras-ResNet50']
+  assert [(r.name, r.kind) for r in tta.plan_recipes([], 'ResNet50', torchvision=True)] == [
+      ('ours', 'ours'), ('keras-ResNet50', 'keras'), ('torchvision', 'torchvision')]
 
 
 def test_an_output_dir_with_runs_of_the_plan_is_refused_not_resumed(tmp_path):
@@ -180,3 +184,113 @@ def test_a_tiny_real_run_is_timed_from_our_eval_results_and_stopped_at_the_targe
 def test_a_nan_evaluation_never_becomes_the_best():
   assert not tta.better(float('nan'), None, 'max') and tta.better(0.5, None, 'max')
   assert tta.better(0.6, 0.5, 'max') and not tta.better(float('nan'), 0.5, 'min') and tta.better(0.4, 0.5, 'min')
+
+
+# ------------------------------------------------------------------------------------------------ the torchvision row
+def test_the_torchvision_row_gets_the_records_as_image_files_with_zero_based_labels(records, tmp_path):
+  import tensorflow as tf   # pylint: disable=import-outside-toplevel
+  from official_input import example_schema   # pylint: disable=import-outside-toplevel
+  out = str(tmp_path / 'images')
+  spec = tta.export_images([f'--data_dir={records}', '--config_file=demo'], out)
+  summary = json.load(open(os.path.join(records, 'summary.json')))
+  assert spec['images'] == {s: summary['splits'][s]['images'] for s in ('train', 'validation')}
+  assert (spec['resnet_depth'], spec['image_size'], spec['batch_size'], spec['num_classes']) == (18, 64, 32, 4)
+  stored = {}   # the encoded bytes of every validation record -> its 0-based label
+  for record in tf.data.TFRecordDataset(tf.io.gfile.glob(os.path.join(records, 'validation-*'))):
+    example = tf.train.Example.FromString(record.numpy()).features.feature
+    stored[example[example_schema.ENCODED].bytes_list.value[0]] = example[example_schema.LABEL].int64_list.value[0] - 1
+  written = {}
+  for label in os.listdir(os.path.join(out, 'validation')):
+    for name in os.listdir(os.path.join(out, 'validation', label)):
+      written[open(os.path.join(out, 'validation', label, name), 'rb').read()] = int(label)
+  assert written == stored and sorted(set(written.values())) == [0, 1, 2, 3]
+  # The same flags again: the finished export is reused; another image size: written again.
+  stamp = os.stat(os.path.join(out, 'spec.json')).st_mtime_ns
+  assert tta.export_images([f'--data_dir={records}', '--config_file=demo'], out) == spec
+  assert os.stat(os.path.join(out, 'spec.json')).st_mtime_ns == stamp
+  again = tta.export_images([f'--data_dir={records}', '--config_file=demo', '--param_overrides=image_size=32'], out)
+  assert again['image_size'] == 32 and again['images'] == spec['images']
+
+
+def test_the_reference_recipe_scales_its_learning_rate_and_steps_as_torchvision_does(tmp_path):
+  from tools import torchvision_recipe as tr   # pylint: disable=import-outside-toplevel
+  assert tr.learning_rate({'batch_size': 32}) == pytest.approx(0.0125)   # 0.1 at 256 a step, scaled linearly
+  assert tr.learning_rate({'batch_size': 32, 'learning_rate': 0.05}) == 0.05
+  assert [tr.step_size(e) for e in (90, 30, 2, 1)] == [30, 10, 1, 1]
+  assert tr.batches_per_epoch(1024, 32) == 32 and tr.batches_per_epoch(1000, 32) == 32   # the last, smaller batch
+  for label in (0, 2, 10):
+    (tmp_path / 'train' / str(label)).mkdir(parents=True)
+    (tmp_path / 'train' / str(label) / 'a.jpg').write_bytes(b'x')
+  (tmp_path / 'train' / '2' / 'notes.txt').write_text('not an image')
+  assert tr.list_images(str(tmp_path / 'train')) == [
+      (str(tmp_path / 'train' / label / 'a.jpg'), int(label)) for label in ('0', '2', '10')]
+  with pytest.raises(FileNotFoundError, match='No exported images in'):
+    tr.list_images(str(tmp_path / 'validation'))
+  tr.write_result(str(tmp_path), {'global_step': 3, 'top_1_accuracy': 0.5})
+  assert json.load(open(tmp_path / 'eval_results.json'))['global_step'] == 3 and sorted(os.listdir(tmp_path)) == [
+      'eval_results.json', 'train']
+
+
+# A stand-in for the torch Python: checks it is handed tools/torchvision_recipe.py and the run's spec, then writes
+# two epochs' records (top-1 0.5 then 1.0) as that script does.
+_FAKE_TORCH = textwrap.dedent('''\
+    #!{python}
+    import json, os, sys, time
+    assert os.path.basename(sys.argv[1]) == 'torchvision_recipe.py', sys.argv
+    spec = json.loads(sys.argv[2])
+    assert os.path.isdir(os.path.join(spec['images_dir'], 'train', '0')), spec
+    print('fake torch', json.dumps(spec), flush=True)
+    for epoch, top1 in ((1, 0.5), (2, 1.0)):
+      time.sleep(0.3)
+      with open(os.path.join(spec['model_dir'], 'tmp'), 'w') as f:
+        json.dump({{'global_step': epoch * 12, 'top_1_accuracy': top1, 'images_per_sec': 10.0 * epoch}}, f)
+      os.replace(os.path.join(spec['model_dir'], 'tmp'), os.path.join(spec['model_dir'], 'eval_results.json'))
+''')
+
+
+def test_the_torchvision_row_runs_in_the_named_python_and_is_timed_by_the_same_watcher(records, tmp_path):
+  fake = tmp_path / 'python'
+  fake.write_text(_FAKE_TORCH.format(python=sys.executable))
+  fake.chmod(0o755)
+  out = tmp_path / 'tta'
+  common = [f'--data_dir={records}', '--config_file=demo', '--param_overrides=image_size=32,train_batch_size=4']
+  proc = subprocess.run(
+      [sys.executable, '-m', 'tools.time_to_accuracy', f'--output_dir={out}', '--target=0.9', '--runs=1',
+       '--max_minutes=2', f'--torch_python={fake}', '--torchvision_epochs=7', '--recipe=fails=--no_such_flag',
+       '--', *common], capture_output=True, text=True, env=procs.base_env(), cwd=procs.ROOT, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  run, = json.load(open(out / 'time_to_accuracy.json'))['runs']['torchvision']
+  assert run['reached'] and run['step'] == 24 and [e['value'] for e in run['evaluations']] == [0.5, 1.0]
+  assert run['images_per_sec'] == 20.0   # the epochs' median, the first (warm-up) left out
+  spec = json.loads(open(out / 'torchvision-1.log').read().split('fake torch ', 1)[1].splitlines()[0])
+  assert (spec['resnet_depth'], spec['image_size'], spec['batch_size'], spec['num_classes'], spec['epochs']) == (
+      18, 32, 4, 4, 7)
+  assert spec['model_dir'] == str(out / 'torchvision-1') and spec['learning_rate'] is None
+  row = [line for line in proc.stdout.splitlines() if line.startswith('torchvision ')][-1]
+  assert row.split()[1] == '1/1' and 'not run' not in proc.stdout
+  # Refusals before any run: a Python that is not there; a depth torchvision lacks; a metric it does not report.
+  for extra, message in (([f'--torch_python={tmp_path}/nope'], 'is not an executable Python'),
+                         ([f'--torch_python={fake}', '--metric=mAP'], 'top_1_accuracy only')):
+    proc = subprocess.run([sys.executable, '-m', 'tools.time_to_accuracy', f'--output_dir={tmp_path}/x{len(extra)}',
+                           '--target=0.9', *extra, '--', *common], capture_output=True, text=True,
+                          env=procs.base_env(), cwd=procs.ROOT, timeout=300, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get('TORCH_PYTHON'), reason='TORCH_PYTHON (a Python with torch and torchvision, '
+                    'never this project\'s) unset: torch is not a dependency')
+def test_torchvisions_reference_recipe_really_trains_on_the_exported_images(records, tmp_path):
+  out = tmp_path / 'images'
+  tta.export_images([f'--data_dir={records}', '--config_file=demo'], str(out))
+  model_dir = tmp_path / 'run'
+  spec = {'resnet_depth': 18, 'image_size': 32, 'batch_size': 8, 'num_classes': 4, 'epochs': 2,
+          'model_dir': str(model_dir), 'images_dir': str(out), 'learning_rate': None, 'workers': 0}
+  proc = subprocess.run([os.environ['TORCH_PYTHON'], tta.TORCHVISION_SCRIPT, json.dumps(spec)], capture_output=True,
+                        text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  record = json.load(open(model_dir / 'eval_results.json'))
+  train_images = json.load(open(out / 'spec.json'))['images']['train']
+  assert record['epoch'] == 2 and record['global_step'] == 2 * -(-train_images // 8)
+  assert 0.0 <= record['top_1_accuracy'] <= 1.0 and record['images_per_sec'] > 0
+  assert 'lr 0.003125, StepLR(1 epochs, 0.1) over 2 epochs' in proc.stdout and 'epoch 2/2' in proc.stdout
