@@ -77,8 +77,8 @@ def expand(spec: str, flag: str, suffixes: Sequence[str]) -> Dict[str, Optional[
     if prefix:
       split = SPLIT_WORDS.get(prefix.group(1).lower())
       if split is None:
-        raise ValueError(f'{flag}: {prefix.group(1)!r} in {item!r} is not a split (train=, validation= or val=, '
-                         'test=).')
+        raise ValueError(f'{flag}: {prefix.group(1)!r} in {item!r} is not a split (one of '
+                         f'{", ".join(w + "=" for w in SPLIT_WORDS)}).')
       pattern = prefix.group(2)
     if re.match(r'^[a-z][a-z0-9+.-]*:', pattern) and not os.path.exists(pattern):
       raise ValueError(f'{flag}: {pattern!r} is not a local path: the converter reads the files at random offsets, '

@@ -121,7 +121,8 @@ def _split_folder_plan(root: str, split_dirs: List[str], walker: '_Walker') -> P
     logging.warning('ImageNet layout: ignoring test/ (its images have no labels).')
     splits['test'] = []
   if not splits['train']:
-    raise ValueError(f'{root}/train has no images: expected train/<class>/<image files>.')
+    train = next((d for d in split_dirs if SPLIT_WORDS[d.lower()] == 'train'), 'train')
+    raise ValueError(f'{root}/{train} has no images: expected {train}/<class>/<image files>.')
   if not splits['validation']:
     logging.warning('No validation images in %s: the trainer evaluates on validation-* files.', root)
   unique = set(map(id, walker.unique([i for s in SPLITS for i in splits[s]])))
@@ -243,7 +244,18 @@ def plan_conversion(raw_data_dir: str, ratios: Sequence[float] = (0.8, 0.1, 0.1)
   if not dirs:
     raise ValueError(f'{raw_data_dir} has no subfolders: {expected}.')
   walker = _Walker(raw_data_dir)
+  # Folders named for splits are split folders when one of them holds folders (train/<class>/...); a class that
+  # happens to be named so (a vehicle data set's train/ beside bus/ and car/) holds images and stays a class.
   split_dirs = [d for d in dirs if d.lower() in SPLIT_WORDS]
+  nested = any(_subdirs(os.path.join(raw_data_dir, d)) or os.path.isfile(os.path.join(raw_data_dir, d, '_classes.csv'))
+               for d in split_dirs)   # _classes.csv: Roboflow's CSV export, refused below with its fix
+  if split_dirs and len(split_dirs) == len(dirs) and not nested:
+    raise ValueError(f'{raw_data_dir} has only folders named for splits ({", ".join(d + "/" for d in split_dirs)}), '
+                     'holding images directly: the labels are missing. Put class folders inside them '
+                     '(train/<class>/<images>), or give the labels with --labels_csv; if these are your classes, '
+                     'rename them (e.g. class_train/).')
+  if not nested:
+    split_dirs = []
   if split_dirs:
     others = [d for d in dirs if d.lower() not in SPLIT_WORDS]
     if others or 'train' not in {SPLIT_WORDS[d.lower()] for d in split_dirs}:

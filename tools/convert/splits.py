@@ -5,18 +5,13 @@ split column share one cut (the same images, labels and seed give the same shard
 data is cut by iterative stratification (stratify.py), since one image counts for several classes.
 """
 import random
-from typing import Dict, List, Optional, Sequence, TypeVar
+from typing import Dict, List, Sequence, TypeVar
 
 SPLITS = ('train', 'validation', 'test')
 # Every word a data set names a split with (folder names, file names, split columns, label files' names), to the
 # split it names: valid/ is Roboflow's, training/ and testing/ are common on Kaggle, dev is the NLP habit.
 SPLIT_WORDS = {'train': 'train', 'training': 'train', 'val': 'validation', 'valid': 'validation',
                'validation': 'validation', 'dev': 'validation', 'test': 'test', 'testing': 'test'}
-
-
-def split_named(word: str) -> Optional[str]:
-  """The split a word names (any case), or None."""
-  return SPLIT_WORDS.get(word.strip().lower())
 
 ItemT = TypeVar('ItemT')  # sources.Item; sortable
 

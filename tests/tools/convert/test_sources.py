@@ -65,7 +65,7 @@ def test_imagenet_layout_pairs_sorted_validation_files_with_synset_labels(tmp_pa
 
 @pytest.mark.parametrize('dirs, message', [
     ((), 'no subfolders'),
-    (('cats', 'train'), 'ambiguous'),
+    (('cats', 'train/x'), 'ambiguous'),
     (('train/x', 'val/x', 'validation/x'), 'has val/ and validation/, both validation folders'),
     (('train/x', 'Training/x'), 'has Training/ and train/, both train folders'),
     (('cats', 'dogs'), 'no files'),
@@ -103,6 +103,20 @@ def test_kaggles_training_and_testing_folders_are_split_folders_in_any_case(tmp_
   plan = plan_conversion(str(tmp_path / 'raw'))
   assert plan.layout == 'split_folders' and plan.class_names == ['cat', 'dog']
   assert {s: len(items) for s, items in plan.splits.items()} == {'train': 4, 'validation': 0, 'test': 4}
+
+
+def test_a_class_named_for_a_split_stays_a_class_and_split_names_without_classes_are_refused(tmp_path):
+  """Split folders hold class folders; a vehicle data set's train/ beside bus/ and car/ holds images: a class.
+  Only split-named folders, each holding images directly, are refused: their labels are missing."""
+  for i, c in enumerate(('bus', 'car', 'train')):
+    drawn.rgb_jpegs(str(tmp_path / 'vehicles' / c), 5, seed=10 * i)
+  plan = plan_conversion(str(tmp_path / 'vehicles'))
+  assert plan.layout == 'class_folders' and plan.class_names == ['bus', 'car', 'train']
+  assert sum(map(len, plan.splits.values())) == 15
+  for i, d in enumerate(('Train', 'Test')):
+    drawn.rgb_jpegs(str(tmp_path / 'flat' / d), 2, seed=10 * i)
+  with pytest.raises(ValueError, match=r'only folders named for splits \(Test/, Train/\).*labels are missing'):
+    plan_conversion(str(tmp_path / 'flat'))
 
 
 def test_roboflows_folder_export_with_valid_keeps_the_split(tmp_path):
