@@ -376,51 +376,77 @@ TORCHVISION_IMAGES = 'torchvision_images'
 TORCHVISION_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'torchvision_recipe.py')
 
 
+EXPORT_SPLITS = ('train', 'validation')
+
+
 def export_images(common: Sequence[str], out_dir: str) -> Dict[str, Any]:
   """Writes the common flags' train and validation records as files ``out_dir/<split>/<label>/<index>.<ext>``
-  (the encoded bytes as stored, labels 0-based) and ``out_dir/spec.json`` with the run's depth, image size, batch
-  and classes; returns that spec. A folder holding a finished export (its spec.json) is reused."""
+  (the encoded bytes as stored, labels 0-based) and ``out_dir/spec.json`` with the run's depth, image size, batch,
+  classes and image counts; returns that spec. The images of a finished export of the same record files (names,
+  sizes, modification times: ``out_dir/export.json``, written last) are reused; any other folder is written anew."""
   from resnet import resnet_flags  # pylint: disable=g-import-not-at-top
+  from tools import torchvision_recipe  # pylint: disable=g-import-not-at-top
   fv = flags.FlagValues()
   resnet_flags.define_flags(fv)
   fv(['resnet_main', '--mode=train_and_eval', *common])
   params = resnet_flags.params_from_flags(fv)   # resnet_main's own reading of the common flags
   if params.task == 'multi_label':
     raise app.UsageError('The torchvision row measures top-1 of single-label data; this data is multi-label.')
-  spec = {'resnet_depth': params.resnet_depth, 'image_size': params.image_size,
-          'batch_size': params.train_batch_size, 'num_classes': params.num_label_classes,
-          'data_dir': params.data_dir, 'images': {}}
-  done = os.path.join(out_dir, 'spec.json')
-  if os.path.exists(done):
-    with open(done) as f:
-      old = json.load(f)
-    if {**old, 'images': {}} == spec:
-      return old
-  if os.path.exists(out_dir):   # half written, or another data set's or size's: written again
-    shutil.rmtree(out_dir)
+  if params.resnet_depth not in torchvision_recipe.DEPTHS:
+    raise app.UsageError(f'torchvision has no ResNet-{params.resnet_depth} (it has '
+                         f'{", ".join(map(str, torchvision_recipe.DEPTHS))}): drop --torch_python or set '
+                         'resnet_depth to one of them.')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from official_input import example_schema  # pylint: disable=g-import-not-at-top
-  features = {example_schema.ENCODED: tf.io.FixedLenFeature((), tf.string),
-              example_schema.LABEL: tf.io.FixedLenFeature((), tf.int64)}
-  for split in ('train', 'validation'):
+  paths = {}
+  for split in EXPORT_SPLITS:
     pattern = os.path.join(params.data_dir, f'{split}-*')
-    paths = sorted(tf.io.gfile.glob(pattern))
-    if not paths:
+    paths[split] = sorted(tf.io.gfile.glob(pattern))
+    if not paths[split]:
       raise FileNotFoundError(f'No {split} records match {pattern}.')
-    count = 0
-    for record in tf.data.TFRecordDataset(paths):
-      example = tf.io.parse_single_example(record, features)
-      data = example[example_schema.ENCODED].numpy()
-      label = int(example[example_schema.LABEL]) - 1   # stored labels are 1-based (the reference's background)
-      ext = '.png' if data[:8] == b'\x89PNG\r\n\x1a\n' else '.jpg'
-      folder = os.path.join(out_dir, split, str(label))
-      os.makedirs(folder, exist_ok=True)
-      with open(os.path.join(folder, f'{count:07d}{ext}'), 'wb') as f:
-        f.write(data)
-      count += 1
-    spec['images'][split] = count
-  files.atomic_write(done, json.dumps(spec, indent=1))   # written last: the export is whole
+  key = {'data_dir': params.data_dir, 'records': [
+      [p, tf.io.gfile.stat(p).length, tf.io.gfile.stat(p).mtime_nsec] for s in EXPORT_SPLITS for p in paths[s]]}
+  marker = os.path.join(out_dir, 'export.json')
+  old = _read_json(marker)
+  if old is None or old.get('key') != key:
+    if os.path.exists(out_dir):   # half written, or of other records: written anew
+      shutil.rmtree(out_dir)
+    features = {example_schema.ENCODED: tf.io.FixedLenFeature((), tf.string),
+                example_schema.LABEL: tf.io.FixedLenFeature((), tf.int64)}
+    counts = {}
+    for split in EXPORT_SPLITS:
+      count = 0
+      for record in tf.data.TFRecordDataset(paths[split]):
+        example = tf.io.parse_single_example(record, features)
+        data = example[example_schema.ENCODED].numpy()
+        label = int(example[example_schema.LABEL]) - 1   # stored 1-based (the reference's background class)
+        if not 0 <= label < params.num_label_classes:
+          raise ValueError(f'A {split} record in {params.data_dir} has label {label + 1} (stored 1-based), outside '
+                           f'the run\'s num_label_classes={params.num_label_classes}: give the data\'s class count '
+                           '(or let summary.json give it).')
+        ext = '.png' if data[:8] == b'\x89PNG\r\n\x1a\n' else '.jpg'   # PIL reads the bytes, whatever the name
+        folder = os.path.join(out_dir, split, str(label))
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f'{count:07d}{ext}'), 'wb') as f:
+          f.write(data)
+        count += 1
+      counts[split] = count
+    files.atomic_write(marker, json.dumps({'key': key, 'images': counts}, indent=1))   # last: the export is whole
+    old = {'key': key, 'images': counts}
+  spec = {'resnet_depth': params.resnet_depth, 'image_size': params.image_size,
+          'batch_size': params.train_batch_size, 'num_classes': params.num_label_classes,
+          'data_dir': params.data_dir, 'images': old['images']}
+  files.atomic_write(os.path.join(out_dir, 'spec.json'), json.dumps(spec, indent=1))
   return spec
+
+
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
+  try:
+    with open(path) as f:
+      value = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return value if isinstance(value, dict) else None
 
 
 def torchvision_command(model_dir: str, spec: Mapping[str, Any], images_dir: str) -> List[str]:
@@ -434,9 +460,10 @@ def prepare_torchvision(common: Sequence[str], output_dir: str) -> Tuple[Dict[st
   """Checks --torch_python and exports the images (in a child: TensorFlow stays out of this process, which
   only watches); returns (spec, images folder)."""
   from tools import torchvision_recipe  # pylint: disable=g-import-not-at-top
-  if not os.access(FLAGS.torch_python, os.X_OK):
-    raise app.UsageError(f'--torch_python={FLAGS.torch_python} is not an executable Python; point it at the python '
-                         'of a scratch environment with torch and torchvision (never this project\'s).')
+  problem = torchvision_recipe.python_problem(FLAGS.torch_python)
+  if problem:
+    raise app.UsageError(f'--torch_python: {problem}; point it at the python of a scratch environment with torch '
+                         'and torchvision (never this project\'s), e.g. /path/to/venv/bin/python.')
   images_dir = os.path.join(output_dir, TORCHVISION_IMAGES)
   proc = subprocess.run([sys.executable, '-m', 'tools.time_to_accuracy', f'--export_child={images_dir}', '--',
                          *common], capture_output=True, text=True, check=False)
@@ -444,10 +471,6 @@ def prepare_torchvision(common: Sequence[str], output_dir: str) -> Tuple[Dict[st
     raise app.UsageError(f'Writing the torchvision row\'s images into {images_dir} failed:\n{proc.stderr[-3000:]}')
   with open(os.path.join(images_dir, 'spec.json')) as f:
     spec = json.load(f)
-  if spec['resnet_depth'] not in torchvision_recipe.DEPTHS:
-    raise app.UsageError(f'torchvision has no ResNet-{spec["resnet_depth"]} (it has '
-                         f'{", ".join(map(str, torchvision_recipe.DEPTHS))}): drop --torch_python or set '
-                         'resnet_depth to one of them.')
   print(f'torchvision row: {spec["images"]} images written to {images_dir}', flush=True)
   return spec, images_dir
 

@@ -10,12 +10,18 @@ What it trains is what ``references/classification/train.py`` in torchvision doe
 run's size (one process, no distributed launcher):
 
 - ``torchvision.models.resnet<depth>(weights=None, num_classes=N)``, channels_last (as our throughput rows);
-- ``SGD(momentum=0.9, weight_decay=1e-4)``; the reference's ``--lr 0.1`` is for its 8 x 32 = 256 images a step,
-  so the default here is ``0.1 * batch / 256`` (its own linear-scaling note); ``StepLR`` dropping 10x every third
-  of the epochs (the reference: every 30 of 90), no warm-up, no label smoothing;
-- training: ``RandomResizedCrop(size)`` (scale 0.08-1, bilinear), ``RandomHorizontalFlip``, ImageNet mean/std;
-  validation: ``Resize(size * 256 / 224)``, ``CenterCrop(size)``, the same normalisation;
-- a ``DataLoader`` with shuffling and ``workers`` processes; unseeded, as time_to_accuracy's runs are.
+- ``SGD(momentum=0.9, weight_decay=1e-4)`` on every parameter; the reference's ``--lr 0.1`` is for its 8 x 32 =
+  256 images a step, so the default here is ``0.1 * batch / 256`` (linear scaling); the learning rate drops 10x
+  after a third and two thirds of the epochs (the reference's ``StepLR`` at 30 and 60 of 90), no warm-up, no label
+  smoothing;
+- training: ``RandomResizedCrop(size)`` (scale 0.08-1, bilinear, antialiased), ``RandomHorizontalFlip``, ImageNet
+  mean/std; validation: ``Resize(round(size * 256 / 224))``, ``CenterCrop(size)``, the same normalisation;
+- a ``DataLoader`` with shuffling and ``workers`` processes (started each epoch, as the reference's); unseeded, as
+  time_to_accuracy's runs are.
+
+Unlike the reference: it runs on the CPU only (this tool times CPU recipes; the reference defaults to CUDA), and in
+float32 (the reference without ``--amp``; our rows run the precision their flags give, float32 in the demo's and
+small_data's configs).
 
 After each epoch it evaluates the validation images and replaces ``model_dir/eval_results.json`` atomically with
 ``global_step`` (epochs x batches per epoch), ``top_1_accuracy``, ``loss`` and the epoch's training
@@ -40,9 +46,22 @@ def learning_rate(spec: Mapping[str, Any]) -> float:
   return float(lr) if lr else REFERENCE_LR * spec['batch_size'] / REFERENCE_BATCH
 
 
-def step_size(epochs: int) -> int:
-  """StepLR's step in epochs: the reference drops 10x at 30 and 60 of its 90 epochs, a third each."""
-  return max(1, round(epochs / 3))
+def milestones(epochs: int) -> List[int]:
+  """The epochs after which the learning rate drops 10x: the reference's StepLR(30) over 90 epochs drops at 30
+  and 60, a third and two thirds of the way; twice at most, never at the last epoch's end."""
+  return sorted({m for m in (round(epochs / 3), round(2 * epochs / 3)) if 0 < m < epochs})
+
+
+def python_problem(python: str) -> str:
+  """'' when ``python`` is an executable that imports torch, torchvision and PIL; else what is wrong."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+    return f'{python} is not an executable Python file'
+  proc = subprocess.run([python, '-c', 'import torch, torchvision, PIL'], capture_output=True, text=True,
+                        check=False, timeout=300)
+  if proc.returncode:
+    return f'{python} cannot import torch, torchvision and PIL: {proc.stderr.strip().splitlines()[-1:]}'
+  return ''
 
 
 def batches_per_epoch(images: int, batch_size: int) -> int:
@@ -88,7 +107,7 @@ def train(spec: Mapping[str, Any]) -> None:
   torch.set_num_threads(cores)
   normalize = [T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD)]
   train_tf = T.Compose([T.RandomResizedCrop(size, antialias=True), T.RandomHorizontalFlip(0.5), *normalize])
-  eval_tf = T.Compose([T.Resize(int(size * 256 / 224), antialias=True), T.CenterCrop(size), *normalize])
+  eval_tf = T.Compose([T.Resize(round(size * 256 / 224), antialias=True), T.CenterCrop(size), *normalize])
 
   class Folder(torch.utils.data.Dataset):
     def __init__(self, items, transform):
@@ -106,18 +125,18 @@ def train(spec: Mapping[str, Any]) -> None:
   eval_items = list_images(os.path.join(spec['images_dir'], 'validation'))
   workers = spec.get('workers', 1)
   loader = lambda items, tf, shuffle: torch.utils.data.DataLoader(   # noqa: E731
-      Folder(items, tf), batch_size=batch, shuffle=shuffle, num_workers=workers, persistent_workers=workers > 0)
+      Folder(items, tf), batch_size=batch, shuffle=shuffle, num_workers=workers)
   train_loader, eval_loader = loader(train_items, train_tf, True), loader(eval_items, eval_tf, False)
   model = getattr(torchvision.models, f'resnet{depth}')(weights=None, num_classes=spec['num_classes'])
   model = model.to(memory_format=torch.channels_last)
   lr = learning_rate(spec)
   optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
-  scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=step_size(epochs), gamma=0.1)
+  scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones(epochs), gamma=0.1)
   loss_fn = torch.nn.CrossEntropyLoss()
   per_epoch = batches_per_epoch(len(train_items), batch)
   print(f'torchvision.models.resnet{depth}(weights=None, num_classes={spec["num_classes"]}), channels_last; '
-        f'SGD(momentum=0.9, weight_decay=1e-4) at lr {lr:g}, StepLR({step_size(epochs)} epochs, 0.1) over {epochs} '
-        f'epochs of {per_epoch} batches of {batch}; {len(train_items)} train / {len(eval_items)} validation images '
+        f'SGD(momentum=0.9, weight_decay=1e-4) at lr {lr:g}, x0.1 after epochs {milestones(epochs)} of {epochs}, '
+        f'{per_epoch} batches of {batch} each; {len(train_items)} train / {len(eval_items)} validation images '
         f'from {spec["images_dir"]}; torch {torch.__version__}, torchvision {torchvision.__version__}, {cores} '
         f'threads, {workers} loader worker(s)', flush=True)
   for epoch in range(epochs):

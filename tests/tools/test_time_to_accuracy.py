@@ -204,19 +204,30 @@ def test_the_torchvision_row_gets_the_records_as_image_files_with_zero_based_lab
     for name in os.listdir(os.path.join(out, 'validation', label)):
       written[open(os.path.join(out, 'validation', label, name), 'rb').read()] = int(label)
   assert written == stored and sorted(set(written.values())) == [0, 1, 2, 3]
-  # The same flags again: the finished export is reused; another image size: written again.
-  stamp = os.stat(os.path.join(out, 'spec.json')).st_mtime_ns
-  assert tta.export_images([f'--data_dir={records}', '--config_file=demo'], out) == spec
-  assert os.stat(os.path.join(out, 'spec.json')).st_mtime_ns == stamp
+  # The same records again, at another image size: the images are reused, the spec is the run's.
+  stamp = os.stat(os.path.join(out, 'export.json')).st_mtime_ns
   again = tta.export_images([f'--data_dir={records}', '--config_file=demo', '--param_overrides=image_size=32'], out)
   assert again['image_size'] == 32 and again['images'] == spec['images']
+  assert os.stat(os.path.join(out, 'export.json')).st_mtime_ns == stamp
+  # A half-written export (no export.json) or one of other records is written anew.
+  os.remove(os.path.join(out, 'export.json'))
+  (tmp_path / 'images' / 'validation' / '0' / 'stale.jpg').write_bytes(b'x')
+  assert tta.export_images([f'--data_dir={records}', '--config_file=demo'], out) == spec
+  assert not (tmp_path / 'images' / 'validation' / '0' / 'stale.jpg').exists()
+  # Classes that contradict the data are refused before anything is written (params' own check, before the
+  # export's label check), not written as label folders the recipe never reads.
+  with pytest.raises(ValueError, match='num_label_classes=3 but .* lists 4 classes'):
+    tta.export_images([f'--data_dir={records}', '--config_file=demo', '--num_label_classes=3'],
+                      str(tmp_path / 'other'))
+  assert not (tmp_path / 'other').exists()
 
 
 def test_the_reference_recipe_scales_its_learning_rate_and_steps_as_torchvision_does(tmp_path):
   from tools import torchvision_recipe as tr   # pylint: disable=import-outside-toplevel
   assert tr.learning_rate({'batch_size': 32}) == pytest.approx(0.0125)   # 0.1 at 256 a step, scaled linearly
   assert tr.learning_rate({'batch_size': 32, 'learning_rate': 0.05}) == 0.05
-  assert [tr.step_size(e) for e in (90, 30, 2, 1)] == [30, 10, 1, 1]
+  # The reference's StepLR(30) over 90 epochs: x0.1 after epochs 30 and 60, never a third drop.
+  assert [tr.milestones(e) for e in (90, 31, 7, 4, 2, 1)] == [[30, 60], [10, 21], [2, 5], [1, 3], [1], []]
   assert tr.batches_per_epoch(1024, 32) == 32 and tr.batches_per_epoch(1000, 32) == 32   # the last, smaller batch
   for label in (0, 2, 10):
     (tmp_path / 'train' / str(label)).mkdir(parents=True)
@@ -236,6 +247,8 @@ def test_the_reference_recipe_scales_its_learning_rate_and_steps_as_torchvision_
 _FAKE_TORCH = textwrap.dedent('''\
     #!{python}
     import json, os, sys, time
+    if sys.argv[1:2] == ['-c']:   # the check that it imports torch, torchvision and PIL
+      sys.exit(0)
     assert os.path.basename(sys.argv[1]) == 'torchvision_recipe.py', sys.argv
     spec = json.loads(sys.argv[2])
     assert os.path.isdir(os.path.join(spec['images_dir'], 'train', '0')), spec
@@ -257,6 +270,7 @@ def test_the_torchvision_row_runs_in_the_named_python_and_is_timed_by_the_same_w
   proc = subprocess.run(
       [sys.executable, '-m', 'tools.time_to_accuracy', f'--output_dir={out}', '--target=0.9', '--runs=1',
        '--max_minutes=2', f'--torch_python={fake}', '--torchvision_epochs=7', '--recipe=fails=--no_such_flag',
+       '--poll_seconds=0.05',
        '--', *common], capture_output=True, text=True, env=procs.base_env(), cwd=procs.ROOT, timeout=300, check=False)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   run, = json.load(open(out / 'time_to_accuracy.json'))['runs']['torchvision']
@@ -268,12 +282,18 @@ def test_the_torchvision_row_runs_in_the_named_python_and_is_timed_by_the_same_w
   assert spec['model_dir'] == str(out / 'torchvision-1') and spec['learning_rate'] is None
   row = [line for line in proc.stdout.splitlines() if line.startswith('torchvision ')][-1]
   assert row.split()[1] == '1/1' and 'not run' not in proc.stdout
-  # Refusals before any run: a Python that is not there; a depth torchvision lacks; a metric it does not report.
-  for extra, message in (([f'--torch_python={tmp_path}/nope'], 'is not an executable Python'),
-                         ([f'--torch_python={fake}', '--metric=mAP'], 'top_1_accuracy only')):
-    proc = subprocess.run([sys.executable, '-m', 'tools.time_to_accuracy', f'--output_dir={tmp_path}/x{len(extra)}',
-                           '--target=0.9', *extra, '--', *common], capture_output=True, text=True,
+  # Refusals before any run: a Python that is not there, is a folder or lacks torch; a depth torchvision lacks; a
+  # metric it does not report.
+  for i, (extra, more, message) in enumerate((
+      ([f'--torch_python={tmp_path}/nope'], [], 'is not an executable Python'),
+      ([f'--torch_python={tmp_path}'], [], 'is not an executable Python'),
+      ([f'--torch_python={sys.executable}'], [], 'cannot import torch'),   # this project's: never torch
+      ([f'--torch_python={fake}', '--metric=mAP'], [], 'top_1_accuracy only'),
+      ([f'--torch_python={fake}'], ['--resnet_depth=10'], 'torchvision has no ResNet-10'))):
+    proc = subprocess.run([sys.executable, '-m', 'tools.time_to_accuracy', f'--output_dir={tmp_path}/x{i}',
+                           '--target=0.9', *extra, '--', *common, *more], capture_output=True, text=True,
                           env=procs.base_env(), cwd=procs.ROOT, timeout=300, check=False)
+    assert not os.path.exists(f'{tmp_path}/x{i}/ours-1'), message
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
 
 
@@ -293,4 +313,4 @@ def test_torchvisions_reference_recipe_really_trains_on_the_exported_images(reco
   train_images = json.load(open(out / 'spec.json'))['images']['train']
   assert record['epoch'] == 2 and record['global_step'] == 2 * -(-train_images // 8)
   assert 0.0 <= record['top_1_accuracy'] <= 1.0 and record['images_per_sec'] > 0
-  assert 'lr 0.003125, StepLR(1 epochs, 0.1) over 2 epochs' in proc.stdout and 'epoch 2/2' in proc.stdout
+  assert 'lr 0.003125, x0.1 after epochs [1] of 2' in proc.stdout and 'epoch 2/2' in proc.stdout

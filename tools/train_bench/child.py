@@ -14,6 +14,7 @@ import sys
 import tempfile
 from typing import Optional, Tuple
 
+from tools import torchvision_recipe
 from tools.train_bench import measure
 from tools.train_bench.rows import BenchConfig, Row, row_name
 
@@ -46,7 +47,7 @@ def child_main(spec: str) -> None:
     json.dump(dataclasses.asdict(row), f)
 
 
-TORCHVISION_DEPTHS = (18, 34, 50, 101, 152)  # torchvision.models.resnet{depth}
+TORCHVISION_DEPTHS = torchvision_recipe.DEPTHS  # torchvision.models.resnet{depth}
 
 
 def find_torch_python(cfg: BenchConfig) -> Tuple[Optional[str], str]:
@@ -57,7 +58,7 @@ def find_torch_python(cfg: BenchConfig) -> Tuple[Optional[str], str]:
   if cfg.resnet_depth not in TORCHVISION_DEPTHS:
     return None, f'torchvision has no ResNet-{cfg.resnet_depth} (it has {", ".join(map(str, TORCHVISION_DEPTHS))})'
   if cfg.torch_python:
-    if not os.access(cfg.torch_python, os.X_OK):
+    if not (os.path.isfile(cfg.torch_python) and os.access(cfg.torch_python, os.X_OK)):
       raise ValueError(f'--torch_python={cfg.torch_python} is not an executable Python; point it at the python of '
                        'an environment with torch and torchvision (e.g. /path/to/venv/bin/python).')
     return cfg.torch_python, ''
