@@ -407,8 +407,8 @@ def export_images(common: Sequence[str], out_dir: str) -> Dict[str, Any]:
   key = {'data_dir': params.data_dir, 'records': [
       [p, tf.io.gfile.stat(p).length, tf.io.gfile.stat(p).mtime_nsec] for s in EXPORT_SPLITS for p in paths[s]]}
   marker = os.path.join(out_dir, 'export.json')
-  old = _read_json(marker)
-  if old is None or old.get('key') != key:
+  old = files.read_json_record(marker, 'image export record').value   # None: missing or damaged
+  if not isinstance(old, dict) or old.get('key') != key:
     if os.path.exists(out_dir):   # half written, or of other records: written anew
       shutil.rmtree(out_dir)
     features = {example_schema.ENCODED: tf.io.FixedLenFeature((), tf.string),
@@ -438,15 +438,6 @@ def export_images(common: Sequence[str], out_dir: str) -> Dict[str, Any]:
           'data_dir': params.data_dir, 'images': old['images']}
   files.atomic_write(os.path.join(out_dir, 'spec.json'), json.dumps(spec, indent=1))
   return spec
-
-
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-  try:
-    with open(path) as f:
-      value = json.load(f)
-  except (OSError, ValueError):
-    return None
-  return value if isinstance(value, dict) else None
 
 
 def torchvision_command(model_dir: str, spec: Mapping[str, Any], images_dir: str) -> List[str]:
