@@ -101,7 +101,8 @@ PARAMS: Tuple[Param, ...] = (
       'CPU; TPUs always compile).'),
     P('conv1x1_filter_grad', 'auto', "How 1x1 convs get their weight gradient: 'matmul' (one matmul, x^T dy), "
       "'conv' (TensorFlow's backward-weights convolution), 'auto' = matmul for bfloat16 on CPUs with AMX and for "
-      'float32 on AVX-512 CPUs without AMX (measured faster there), else conv. The same gradient up to summation order; forward results do not change.',
+      'float32 on AVX-512 CPUs without AMX (measured faster there), else conv. The same gradient up to summation '
+      'order; forward results do not change.',
       choices=('auto', 'matmul', 'conv'), modes=TRAINING),
     P('residual_add_relu', 'auto', "Each block's final relu(x + shortcut) in training: 'xla' (one XLA-compiled "
       "function), 'ops' (TensorFlow's Add and Relu), 'auto' = xla for bfloat16 on CPUs with AMX (measured faster "

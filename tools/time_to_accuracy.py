@@ -381,7 +381,7 @@ EXPORT_SPLITS = ('train', 'validation')
 
 def export_images(common: Sequence[str], out_dir: str) -> Dict[str, Any]:
   """Writes the common flags' train and validation records as files ``out_dir/<split>/<label>/<index>.<ext>``
-  (the encoded bytes as stored, labels 0-based) and ``out_dir/spec.json`` with the run's depth, image size, batch,
+  (the encoded bytes as stored, labels the model's: as the run's input reads them) and ``out_dir/spec.json`` with the run's depth, image size, batch,
   classes and image counts; returns that spec. The images of a finished export of the same record files (names,
   sizes, modification times: ``out_dir/export.json``, written last) are reused; any other folder is written anew."""
   from resnet import resnet_flags  # pylint: disable=g-import-not-at-top
@@ -398,6 +398,9 @@ def export_images(common: Sequence[str], out_dir: str) -> Dict[str, Any]:
                          'resnet_depth to one of them.')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from official_input import example_schema  # pylint: disable=g-import-not-at-top
+  from official_input import imagenet_input  # pylint: disable=g-import-not-at-top
+  # Stored labels are 1-based, unless the run keeps class 0 as background: the input's own rule (decode's offset).
+  offset = 0 if imagenet_input.ImageNetInput.from_params(params, split='train').include_background_label else 1
   paths = {}
   for split in EXPORT_SPLITS:
     pattern = os.path.join(params.data_dir, f'{split}-*')
@@ -419,9 +422,9 @@ def export_images(common: Sequence[str], out_dir: str) -> Dict[str, Any]:
       for record in tf.data.TFRecordDataset(paths[split]):
         example = tf.io.parse_single_example(record, features)
         data = example[example_schema.ENCODED].numpy()
-        label = int(example[example_schema.LABEL]) - 1   # stored 1-based (the reference's background class)
+        label = int(example[example_schema.LABEL]) - offset
         if not 0 <= label < params.num_label_classes:
-          raise ValueError(f'A {split} record in {params.data_dir} has label {label + 1} (stored 1-based), outside '
+          raise ValueError(f'A {split} record in {params.data_dir} has label {label + offset} (stored), outside '
                            f'the run\'s num_label_classes={params.num_label_classes}: give the data\'s class count '
                            '(or let summary.json give it).')
         ext = '.png' if data[:8] == b'\x89PNG\r\n\x1a\n' else '.jpg'   # PIL reads the bytes, whatever the name

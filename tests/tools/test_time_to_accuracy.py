@@ -187,7 +187,7 @@ def test_a_nan_evaluation_never_becomes_the_best():
 
 
 # ------------------------------------------------------------------------------------------------ the torchvision row
-def test_the_torchvision_row_gets_the_records_as_image_files_with_zero_based_labels(records, tmp_path):
+def test_the_torchvision_row_gets_the_records_as_image_files_with_the_models_labels(records, tmp_path):
   import tensorflow as tf   # pylint: disable=import-outside-toplevel
   from official_input import example_schema   # pylint: disable=import-outside-toplevel
   out = str(tmp_path / 'images')
@@ -220,6 +220,12 @@ def test_the_torchvision_row_gets_the_records_as_image_files_with_zero_based_lab
     tta.export_images([f'--data_dir={records}', '--config_file=demo', '--num_label_classes=3'],
                       str(tmp_path / 'other'))
   assert not (tmp_path / 'other').exists()
+  # A run that keeps class 0 as background (num_label_classes = classes + 1) reads the stored labels as they are:
+  # the folders are the model's classes 1..4, as the run's own input gives them.
+  background = tta.export_images([f'--data_dir={records}', '--config_file=demo', '--num_label_classes=5'],
+                                 str(tmp_path / 'background'))
+  assert background['num_classes'] == 5
+  assert sorted(os.listdir(tmp_path / 'background' / 'validation')) == ['1', '2', '3', '4']
 
 
 def test_the_reference_recipe_scales_its_learning_rate_and_steps_as_torchvision_does(tmp_path):
