@@ -247,6 +247,6 @@ def recipe_advice(values: Mapping[str, Any]) -> Optional[str]:
     return None
   return (f'The training set has {images} images, but this run trains from scratch with the ImageNet recipe '
           f'(crop_area_range={IMAGENET_CROP_AREA}, the stepwise 90-epoch schedule), which does much worse on small '
-          'data. From scratch: --config_file=small_data (ResNet-18, milder crops, cosine schedule). From ImageNet '
-          'weights: --config_file=flowers_finetune --resnet_checkpoint=<weights>. See docs/data.md, "Your own data: '
-          'which config".')
+          'data. From scratch: --config_file=small_data (ResNet-18, LAMB, milder crops, cosine schedule). From '
+          'ImageNet weights: --config_file=flowers_finetune --resnet_checkpoint=<weights>. See docs/data.md, "Your '
+          'own data: which config".')

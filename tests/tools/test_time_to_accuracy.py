@@ -280,8 +280,10 @@ def test_the_torchvision_row_runs_in_the_named_python_and_is_timed_by_the_same_w
        '--', *common], capture_output=True, text=True, env=procs.base_env(), cwd=procs.ROOT, timeout=300, check=False)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   run, = json.load(open(out / 'time_to_accuracy.json'))['runs']['torchvision']
-  assert run['reached'] and run['step'] == 24 and [e['value'] for e in run['evaluations']] == [0.5, 1.0]
-  assert run['images_per_sec'] == 20.0   # the epochs' median, the first (warm-up) left out
+  # Epoch 2 (step 24, top-1 1.0) reaches 0.9; epoch 1's record may be replaced before a poll on a loaded machine.
+  values = [e['value'] for e in run['evaluations']]
+  assert run['reached'] and run['step'] == 24 and values[-1] == 1.0 and set(values) <= {0.5, 1.0}
+  assert run['images_per_sec'] == 20.0   # the epochs' median, the first (warm-up) left out where there are two
   spec = json.loads(open(out / 'torchvision-1.log').read().split('fake torch ', 1)[1].splitlines()[0])
   assert (spec['resnet_depth'], spec['image_size'], spec['batch_size'], spec['num_classes'], spec['epochs']) == (
       18, 32, 4, 4, 7)
